@@ -1,0 +1,56 @@
+"""cory_env: the CORY game (pioneer answers, observer answers seeing it) as PettingZoo envs.
+
+    import cory_env
+    env = cory_env.text_game(task="imdb")          # PettingZoo AECEnv, one game
+    game = cory_env.batched_game("imdb", batch_size=64)   # B games in lock-step
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cory_env.aec import TextGameEnv
+from cory_env.core import GAME_SETTINGS, BatchedTextGame, GameSettings, role_name
+from cory_env.models import EMBEDDED, load_causal_lm, load_tokenizer
+from cory_env.tasks import (
+    Query,
+    Task,
+    available_tasks,
+    custom_task,
+    make_task,
+    register_task,
+)
+
+
+def text_game(task: str | Task = "imdb", render_mode: str | None = None, **settings: Any) -> TextGameEnv:
+    """The CORY game as a PettingZoo ``AECEnv``.
+
+    ``settings`` are game settings (``n_agents``, ``lam``, ``role_exchange_period``,
+    ``max_new_tokens``, ``context_length``, ``tokenizer``) and the task's own settings.
+    """
+    return TextGameEnv(BatchedTextGame(task, batch_size=1, **settings), render_mode=render_mode)
+
+
+def batched_game(task: str | Task = "imdb", batch_size: int = 64, **settings: Any) -> BatchedTextGame:
+    """B games in lock-step with array observations, actions and rewards (same rules)."""
+    return BatchedTextGame(task, batch_size=batch_size, **settings)
+
+
+__all__ = [
+    "EMBEDDED",
+    "GAME_SETTINGS",
+    "BatchedTextGame",
+    "GameSettings",
+    "Query",
+    "Task",
+    "TextGameEnv",
+    "available_tasks",
+    "batched_game",
+    "custom_task",
+    "load_causal_lm",
+    "load_tokenizer",
+    "make_task",
+    "register_task",
+    "role_name",
+    "text_game",
+]

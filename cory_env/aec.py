@@ -1,0 +1,117 @@
+"""The CORY game as a PettingZoo AEC env: the batched rules with one game (B=1)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from pettingzoo import AECEnv
+
+from cory_env.core import BatchedTextGame
+
+
+class TextGameEnv(AECEnv):
+    """Sequential text game: each agent answers token by token, in role order.
+
+    Rewards arrive when the last agent finishes; then every agent is terminated and
+    steps once with ``None``, as in any PettingZoo AEC env.
+    """
+
+    metadata = {"name": "cory_text_game_v0", "render_modes": ["human", "ansi"],
+                "is_parallelizable": False}
+
+    def __init__(self, game: BatchedTextGame, render_mode: str | None = None) -> None:
+        super().__init__()
+        if game.batch_size != 1:
+            raise ValueError("TextGameEnv plays one game at a time; use BatchedTextGame for B > 1")
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(
+                f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"
+            )
+        self.game = game
+        self.render_mode = render_mode
+        self.possible_agents = list(game.possible_agents)
+        self.agents: list[str] = []
+
+    def observation_space(self, agent: str):  # noqa: D102 - same object every call
+        return self.game.observation_space(agent)
+
+    def action_space(self, agent: str):  # noqa: D102
+        return self.game.action_space(agent)
+
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        self.game.reset(seed=seed, options=options)
+        self.agents = list(self.possible_agents)
+        self.rewards = {a: 0.0 for a in self.agents}
+        self._cumulative_rewards = {a: 0.0 for a in self.agents}
+        self.terminations = {a: False for a in self.agents}
+        self.truncations = {a: False for a in self.agents}
+        self.infos = {a: self._info(a) for a in self.agents}
+        self.agent_selection = self.game.agent_selection
+
+    def observe(self, agent: str) -> dict[str, Any]:
+        batched = self.game.observe(agent)
+        return {
+            "input_ids": batched["input_ids"][0],
+            "attention_mask": batched["attention_mask"][0],
+            "role": int(batched["role"][0]),
+            "num_generated": int(batched["num_generated"][0]),
+        }
+
+    def _info(self, agent: str) -> dict[str, Any]:
+        info = self.game.info(agent)
+        return {
+            "role": info["role"],
+            "roles": info["roles"],
+            "episode": info["episode"],
+            "budget": info["budget"],
+            "query": info["queries"][0],
+            "responses": {a: texts[0] for a, texts in info["responses"].items()},
+            "scores": {a: float(s[0]) for a, s in info["scores"].items()},
+        }
+
+    def step(self, action: Any) -> None:
+        agent = self.agent_selection
+        if self.terminations[agent] or self.truncations[agent]:
+            if action is not None:
+                raise ValueError(
+                    f"{agent} has finished its episode; the only valid action is None "
+                    f"(got {action!r}). Call reset() to start a new game."
+                )
+            self._was_dead_step(action)
+            return
+        if action is None:
+            raise ValueError(f"{agent} is acting and needs a token id, got None")
+        if np.ndim(action) != 0:
+            raise ValueError(
+                f"action for {agent} must be one token id (a scalar), got shape {np.shape(action)}"
+            )
+        self.game.step(np.asarray([action]), agent=agent)
+        self._cumulative_rewards[agent] = 0.0
+        if self.game.done:
+            for a in self.agents:
+                self.rewards[a] = float(self.game.rewards[a][0])
+                self.terminations[a] = True
+            self.infos = {a: self._info(a) for a in self.agents}
+        elif self.game.agent_selection != agent:
+            self.infos = {a: self._info(a) for a in self.agents}
+        self.agent_selection = self.game.agent_selection
+        self._accumulate_rewards()
+        if self.render_mode == "human":
+            self.render()
+
+    def render(self) -> str | None:
+        info = self._info(self.agent_selection)
+        lines = [f"query: {info['query']!r}"]
+        for a, text in info["responses"].items():
+            score = info["scores"].get(a)
+            tail = "" if score is None else f"  (score {score:+.3f})"
+            lines.append(f"{a} [{info['roles'][a]}]: {text!r}{tail}")
+        out = "\n".join(lines)
+        if self.render_mode == "human":
+            print(out)
+            return None
+        return out
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,386 @@
+"""The rules of the text game, for B games in lock-step.
+
+One implementation serves both forms: :class:`BatchedTextGame` is the fast form that
+learners train on, and the PettingZoo AEC env (``cory_env.aec``) is this class with B=1.
+
+A game: every agent answers the same query in turn, in role order. Role 0 (the pioneer)
+sees the query; role r sees the query and the answers of roles 0..r-1 through the task's
+prompt template. One step is one token from the acting agent for every row; a row's turn
+ends at EOS or at the episode's token budget, and the agent's turn ends when all rows have
+ended. When the last role finishes, each answer is scored by the task's reward function
+(one batched call) and agent i receives ``s_i + lam * sum(s_others)``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import seeding
+
+from cory_env.models import EMBEDDED, load_tokenizer
+from cory_env.tasks import Query, Task, make_task, task_takes
+
+
+def role_name(role: int, n_agents: int) -> str:
+    """``pioneer`` for role 0, ``observer`` for role 1, ``observer_k`` further down a chain."""
+    if role == 0:
+        return "pioneer"
+    return "observer" if role == 1 and n_agents == 2 else f"observer_{role}"
+
+
+@dataclass(frozen=True)
+class GameSettings:
+    """Settings of the game itself; everything else goes to the task."""
+
+    n_agents: int = 2
+    lam: float = 1.0
+    role_exchange_period: int = 5
+    max_new_tokens: int | tuple[int, int] | None = None
+    context_length: int | None = None
+
+    def validate(self) -> None:
+        if not isinstance(self.n_agents, int) or self.n_agents < 1:
+            raise ValueError(f"n_agents must be an integer >= 1, got {self.n_agents!r}")
+        if not isinstance(self.lam, (int, float)) or not math.isfinite(self.lam):
+            raise ValueError(f"lam must be a finite number (1 = CORY, 0 = independent, "
+                             f"-1 = zero-sum), got {self.lam!r}")
+        if not isinstance(self.role_exchange_period, int) or self.role_exchange_period < 1:
+            raise ValueError(
+                f"role_exchange_period must be an integer >= 1 (episodes between role "
+                f"exchanges), got {self.role_exchange_period!r}"
+            )
+        if self.context_length is not None and (
+            not isinstance(self.context_length, int) or self.context_length < 2
+        ):
+            raise ValueError(f"context_length must be an integer >= 2, got {self.context_length!r}")
+        budget_range(self.max_new_tokens if self.max_new_tokens is not None else 1)
+
+
+GAME_SETTINGS = tuple(GameSettings.__dataclass_fields__)
+
+
+def budget_range(max_new_tokens: int | Sequence[int]) -> tuple[int, int]:
+    """Normalise a budget to ``(low, high)`` drawn as ``integers(low, high + 1)``.
+
+    An int ``n`` is always ``n`` tokens; a pair ``(low, high)`` draws from ``low..high-1``
+    per episode, like the paper's ``LengthSampler(4, 16)``.
+    """
+    if isinstance(max_new_tokens, (int, np.integer)) and not isinstance(max_new_tokens, bool):
+        low = high = int(max_new_tokens)
+    elif (
+        isinstance(max_new_tokens, Sequence)
+        and len(max_new_tokens) == 2
+        and all(isinstance(v, (int, np.integer)) for v in max_new_tokens)
+    ):
+        low, high = int(max_new_tokens[0]), int(max_new_tokens[1]) - 1
+    else:
+        raise ValueError(
+            f"max_new_tokens must be an int or a (low, high) pair of ints, got {max_new_tokens!r}"
+        )
+    if low < 1 or high < low:
+        raise ValueError(
+            f"max_new_tokens must allow at least 1 token (int >= 1, or (low, high) with "
+            f"1 <= low < high), got {max_new_tokens!r}"
+        )
+    return low, high
+
+
+def split_settings(settings: Mapping[str, Any]) -> tuple[GameSettings, dict[str, Any]]:
+    """Separate game settings from task settings."""
+    game = {k: v for k, v in settings.items() if k in GAME_SETTINGS}
+    task = {k: v for k, v in settings.items() if k not in GAME_SETTINGS}
+    return GameSettings(**game), task
+
+
+class BatchedTextGame:
+    """B text games played in lock-step, with array observations, actions and rewards.
+
+    Typical loop::
+
+        game = BatchedTextGame("imdb", batch_size=64)
+        game.reset(seed=0)
+        while not game.done:
+            agent = game.agent_selection
+            game.step(policy[agent](game.observe(agent)))
+        game.rewards   # {agent: (B,) array}
+
+    Actions of rows whose turn already ended are ignored.
+    """
+
+    def __init__(
+        self,
+        task: str | Task = "imdb",
+        batch_size: int = 1,
+        *,
+        tokenizer: Any = EMBEDDED,
+        **settings: Any,
+    ) -> None:
+        game_settings, task_settings = split_settings(settings)
+        game_settings.validate()
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        self.settings = game_settings
+        self.n_agents = game_settings.n_agents
+        self.possible_agents = [f"llm_{i}" for i in range(self.n_agents)]
+        self.tokenizers = self._agent_tokenizers(tokenizer)
+        if isinstance(task, Task):
+            if task_settings:
+                raise ValueError(
+                    f"unknown settings {sorted(task_settings)} for a Task object; game settings "
+                    f"are {list(GAME_SETTINGS)}"
+                )
+            self.task = task
+        else:
+            if "tokenizer" not in task_settings and task_takes(task, "tokenizer"):
+                # Queries cut "to the first k tokens" are cut with the pioneer seat's tokenizer.
+                task_settings["tokenizer"] = self.tokenizers[0]
+            self.task = make_task(task, **task_settings)
+        self.batch_size = batch_size
+        self.budget_low, self.budget_high = budget_range(
+            game_settings.max_new_tokens
+            if game_settings.max_new_tokens is not None
+            else self.task.max_new_tokens
+        )
+        self.context_length = game_settings.context_length or self.task.context_length
+        if self.context_length <= self.budget_high:
+            raise ValueError(
+                f"context_length ({self.context_length}) must exceed the largest token budget "
+                f"({self.budget_high}) so that a prompt fits"
+            )
+        self._eos = [tok.eos_token_id for tok in self.tokenizers]
+        self._pad = [
+            tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+            for tok in self.tokenizers
+        ]
+        self._vocab = [len(tok) for tok in self.tokenizers]
+        self._observation_spaces = {
+            agent: spaces.Dict(
+                {
+                    "input_ids": spaces.Box(0, self._vocab[i] - 1, (self.context_length,), np.int64),
+                    "attention_mask": spaces.Box(0, 1, (self.context_length,), np.int64),
+                    "role": spaces.Discrete(self.n_agents),
+                    "num_generated": spaces.Discrete(self.context_length + 1),
+                }
+            )
+            for i, agent in enumerate(self.possible_agents)
+        }
+        self._action_spaces = {
+            agent: spaces.Discrete(self._vocab[i]) for i, agent in enumerate(self.possible_agents)
+        }
+        self.episode = 0
+        """Completed resets so far; sets the roles. Save and restore it to resume a run."""
+        self.np_random, _ = seeding.np_random(None)
+        self._warned_truncation = False
+        self._started = False
+
+    # ----------------------------------------------------------------- setup helpers
+    def _agent_tokenizers(self, tokenizer: Any) -> list[Any]:
+        if isinstance(tokenizer, (list, tuple)):
+            if len(tokenizer) != self.n_agents:
+                raise ValueError(
+                    f"got {len(tokenizer)} tokenizers for {self.n_agents} agents; give one "
+                    "tokenizer, or one per agent"
+                )
+            items = list(tokenizer)
+        elif isinstance(tokenizer, Mapping):
+            missing = [a for a in self.possible_agents if a not in tokenizer]
+            if missing:
+                raise ValueError(f"tokenizer mapping has no entry for agents {missing}")
+            items = [tokenizer[a] for a in self.possible_agents]
+        else:
+            items = [tokenizer] * self.n_agents
+        return [load_tokenizer(t) if isinstance(t, str) else t for t in items]
+
+    def observation_space(self, agent: str) -> spaces.Dict:
+        return self._observation_spaces[self._check_agent(agent)]
+
+    def action_space(self, agent: str) -> spaces.Discrete:
+        return self._action_spaces[self._check_agent(agent)]
+
+    def _check_agent(self, agent: str) -> str:
+        if agent not in self._observation_spaces:
+            raise KeyError(f"unknown agent {agent!r}; agents are {self.possible_agents}")
+        return agent
+
+    # ----------------------------------------------------------------- roles
+    def roles_for_episode(self, episode: int) -> list[int]:
+        """Role index of each agent: the pioneer seat moves every ``role_exchange_period``."""
+        shift = (episode // self.settings.role_exchange_period) % self.n_agents
+        return [(i - shift) % self.n_agents for i in range(self.n_agents)]
+
+    @property
+    def roles(self) -> dict[str, str]:
+        return {
+            a: role_name(r, self.n_agents) for a, r in zip(self.possible_agents, self._role_of)
+        }
+
+    # ----------------------------------------------------------------- reset / step
+    def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+        """Start a new batch of games: draw B queries and a token budget, seat the pioneer."""
+        if seed is not None:
+            self.np_random, _ = seeding.np_random(seed)
+        if options and "episode" in options:
+            self.episode = int(options["episode"])
+        elif self._started:
+            self.episode += 1
+        self._started = True
+        n, B, L = self.n_agents, self.batch_size, self.context_length
+        self._role_of = self.roles_for_episode(self.episode)
+        self._order = sorted(range(n), key=lambda i: self._role_of[i])
+        picks = self.np_random.integers(0, len(self.task.queries), size=B)
+        self.queries: list[Query] = [self.task.queries[i] for i in picks]
+        self.budget = int(self.np_random.integers(self.budget_low, self.budget_high + 1))
+        self._ids = np.empty((n, B, L), dtype=np.int64)
+        for i in range(n):
+            self._ids[i] = self._pad[i]
+        self._length = np.zeros((n, B), dtype=np.int64)
+        self._generated = np.zeros((n, B), dtype=np.int64)
+        self.active = np.zeros(B, dtype=bool)
+        self.responses: dict[str, list[str]] = {}
+        self.scores: dict[str, np.ndarray] = {}
+        self.rewards: dict[str, np.ndarray] = {a: np.zeros(B) for a in self.possible_agents}
+        self._turn = 0
+        self._start_turn()
+
+    @property
+    def done(self) -> bool:
+        return self._turn >= self.n_agents
+
+    @property
+    def agent_selection(self) -> str:
+        """The acting agent (the last agent once the game is done)."""
+        return self.possible_agents[self._order[min(self._turn, self.n_agents - 1)]]
+
+    def _start_turn(self) -> None:
+        i = self._order[self._turn]
+        role = self._turn
+        earlier = [self.responses[self.possible_agents[j]] for j in self._order[:role]]
+        prompts = [
+            self.task.prompt(role, q, [answers[b] for answers in earlier])
+            for b, q in enumerate(self.queries)
+        ]
+        encoded = self.tokenizers[i](prompts)["input_ids"]
+        room = self.context_length - self.budget
+        for b, ids in enumerate(encoded):
+            if len(ids) > room:
+                if not self._warned_truncation:
+                    warnings.warn(
+                        f"a {len(ids)}-token prompt for {self.possible_agents[i]} does not fit "
+                        f"context_length={self.context_length} with a {self.budget}-token "
+                        "budget; keeping its last tokens (raise context_length to avoid this)",
+                        stacklevel=3,
+                    )
+                    self._warned_truncation = True
+                ids = ids[-room:]
+            self._ids[i, b, : len(ids)] = ids
+            self._length[i, b] = len(ids)
+        self.active[:] = True
+
+    def step(self, actions: Any, agent: str | None = None) -> None:
+        """Append one token per row for the acting agent. ``agent`` optionally asserts whose turn."""
+        if not self._started:
+            raise RuntimeError("call reset() before step()")
+        if self.done:
+            raise RuntimeError("the game is over: every agent has answered; call reset()")
+        acting = self.agent_selection
+        if agent is not None and agent != acting:
+            raise ValueError(f"step for agent {agent!r}, but it is {acting!r}'s turn")
+        i = self._order[self._turn]
+        tokens = self._check_actions(acting, i, actions)
+        rows = np.flatnonzero(self.active)
+        self._ids[i, rows, self._length[i, rows]] = tokens[rows]
+        self._length[i, rows] += 1
+        self._generated[i, rows] += 1
+        ended = (
+            (tokens[rows] == self._eos[i])
+            | (self._generated[i, rows] >= self.budget)
+            | (self._length[i, rows] >= self.context_length)
+        )
+        self.active[rows[ended]] = False
+        if not self.active.any():
+            self._end_turn(i)
+
+    def _check_actions(self, agent: str, i: int, actions: Any) -> np.ndarray:
+        arr = np.asarray(actions)
+        if arr.shape != (self.batch_size,):
+            raise ValueError(
+                f"actions for {agent} must have shape ({self.batch_size},) (one token id per "
+                f"game), got shape {arr.shape}"
+            )
+        if arr.dtype.kind not in "iu":
+            if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+                arr = arr.astype(np.int64)
+            else:
+                raise ValueError(f"actions for {agent} must be integer token ids, got {arr.dtype}")
+        arr = arr.astype(np.int64, copy=False)
+        bad = self.active & ((arr < 0) | (arr >= self._vocab[i]))
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"action {int(arr[row])} for {agent} at row {row} is not a token id: the "
+                f"vocabulary has {self._vocab[i]} tokens (0..{self._vocab[i] - 1})"
+            )
+        return arr
+
+    def _end_turn(self, i: int) -> None:
+        agent = self.possible_agents[i]
+        tok = self.tokenizers[i]
+        generated = [
+            self._ids[i, b, self._length[i, b] - self._generated[i, b] : self._length[i, b]]
+            for b in range(self.batch_size)
+        ]
+        self.responses[agent] = tok.batch_decode(generated, skip_special_tokens=True)
+        self._turn += 1
+        if self._turn < self.n_agents:
+            self._start_turn()
+        else:
+            self._score()
+
+    def _score(self) -> None:
+        """One batched reward call for all answers, then mix with ``lam``."""
+        order = self.possible_agents
+        queries = self.queries * self.n_agents
+        responses = [r for a in order for r in self.responses[a]]
+        flat = np.asarray(self.task.score(queries, responses), dtype=np.float64)
+        raw = flat.reshape(self.n_agents, self.batch_size)
+        total = raw.sum(axis=0)
+        lam = self.settings.lam
+        for k, a in enumerate(order):
+            self.scores[a] = raw[k]
+            self.rewards[a] = raw[k] + lam * (total - raw[k])
+
+    # ----------------------------------------------------------------- views
+    def observe(self, agent: str) -> dict[str, np.ndarray]:
+        """Left-padded context of ``agent`` (its prompt and its tokens so far), batched."""
+        i = self.possible_agents.index(self._check_agent(agent))
+        L = self.context_length
+        length = self._length[i]
+        idx = np.arange(L)[None, :] + length[:, None] - L
+        valid = idx >= 0
+        ids = np.take_along_axis(self._ids[i], np.maximum(idx, 0), axis=1)
+        ids[~valid] = self._pad[i]
+        return {
+            "input_ids": ids,
+            "attention_mask": valid.astype(np.int64),
+            "role": np.full(self.batch_size, self._role_of[i], dtype=np.int64),
+            "num_generated": self._generated[i].copy(),
+        }
+
+    def info(self, agent: str) -> dict[str, Any]:
+        """What a learner or a log wants besides the observation: texts, roles, scores."""
+        i = self.possible_agents.index(self._check_agent(agent))
+        return {
+            "role": role_name(self._role_of[i], self.n_agents),
+            "roles": self.roles,
+            "episode": self.episode,
+            "budget": self.budget,
+            "queries": [q.text for q in self.queries],
+            "responses": dict(self.responses),
+            "scores": dict(self.scores),
+        }

