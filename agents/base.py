@@ -27,7 +27,9 @@ class Learner(Protocol):
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """One token id per game (shape ``(B,)``) for a batched observation."""
 
-    def end_episode(self, obs: dict[str, np.ndarray], rewards: np.ndarray, info: dict[str, Any]) -> None:
+    def end_episode(
+        self, obs: dict[str, np.ndarray], rewards: np.ndarray, info: dict[str, Any]
+    ) -> None:
         """The batch of games ended: final observation, rewards ``(B,)`` and the game's info."""
 
     def learn(self) -> dict[str, float]:
@@ -51,7 +53,9 @@ class RandomLearner:
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         return self.rng.integers(0, self.vocab_size, size=len(obs["input_ids"]))
 
-    def end_episode(self, obs: dict[str, np.ndarray], rewards: np.ndarray, info: dict[str, Any]) -> None:
+    def end_episode(
+        self, obs: dict[str, np.ndarray], rewards: np.ndarray, info: dict[str, Any]
+    ) -> None:
         self.episodes += 1
 
     def learn(self) -> dict[str, float]:

@@ -24,8 +24,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper
-from transformers import TopPLogitsWarper
+from transformers import (
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from agents import ppo_math as pm
 
@@ -45,7 +49,7 @@ class PPOConfig:
     vf_coef: float = 0.1
     max_grad_norm: float | None = None
     kl_estimator: str = "full"
-    """``full`` = exact full-vocabulary KL; or a sampled estimator ``k1``, ``k3``, ``abs``, ``mse``."""
+    """``full``: exact full-vocabulary KL; or a sampled estimator: k1, k3, abs, mse."""
     adaptive_kl: bool = True
     init_kl_coef: float = 0.3
     kl_target: float = 6.0
@@ -66,8 +70,12 @@ class PPOConfig:
                 f"kl_estimator must be 'full' or one of {list(pm.KL_ESTIMATORS)}, "
                 f"got {self.kl_estimator!r}"
             )
-        for name in ("ppo_epochs", "mini_batch_size", "gradient_accumulation_steps",
-                     "forward_batch_size"):
+        for name in (
+            "ppo_epochs",
+            "mini_batch_size",
+            "gradient_accumulation_steps",
+            "forward_batch_size",
+        ):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if self.mini_batch_size % self.gradient_accumulation_steps:
@@ -81,8 +89,13 @@ class PPOConfig:
 
 # ----------------------------------------------------------------------------- models
 def lm_forward(
-    lm: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-    position_ids: torch.Tensor, cache: Any = None, use_cache: bool = False, keep: int = 0,
+    lm: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    cache: Any = None,
+    use_cache: bool = False,
+    keep: int = 0,
     **kwargs: Any,
 ) -> Any:
     """Call a HF causal LM across transformers versions (``cache`` was ``past_key_values``).
@@ -90,27 +103,27 @@ def lm_forward(
     ``keep`` > 0 computes the LM head on the last ``keep`` positions only: a prompt's
     logits are never needed, and the head is the costliest layer of a small model.
     """
-    names = _forward_params(type(lm))
+    inner = lm.get_base_model() if hasattr(lm, "get_base_model") else lm  # peft wrapper
+    names = _forward_params(type(inner))
     if cache is not None:
         kwargs["cache" if "cache" in names else "past_key_values"] = cache
     if keep and "logits_to_keep" in names:
         kwargs["logits_to_keep"] = keep
-    out = lm(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-             use_cache=use_cache, **kwargs)
+    out = lm(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=use_cache,
+        **kwargs,
+    )
     if keep:
         out.logits = out.logits[:, -keep:]
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _forward_params(cls: type) -> frozenset[str]:
-    forward = cls.forward
-    params = set(inspect.signature(forward).parameters)
-    if "cache" not in params and "past_key_values" not in params:
-        params.add("past_key_values")  # wrappers (peft) forward **kwargs to the base model
-    if "logits_to_keep" not in params and "kwargs" in params:
-        params.add("logits_to_keep")
-    return frozenset(params)
+    return frozenset(inspect.signature(cls.forward).parameters)
 
 
 def _cache_of(out: Any) -> Any:
@@ -148,8 +161,14 @@ class PolicyWithValue(nn.Module):
         if self.adapter is not None:
             self.lm.set_adapter(self.adapter)
         out = lm_forward(
-            self.lm, input_ids, attention_mask, position_ids, cache=cache, use_cache=use_cache,
-            keep=keep, output_hidden_states=True,
+            self.lm,
+            input_ids,
+            attention_mask,
+            position_ids,
+            cache=cache,
+            use_cache=use_cache,
+            keep=keep,
+            output_hidden_states=True,
         )
         hidden = out.hidden_states[-1][:, -keep:]
         values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
@@ -197,12 +216,19 @@ class Reference:
             lm.eval()
 
     @torch.no_grad()
-    def logits(self, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-               position_ids: torch.Tensor, keep: int = 0) -> torch.Tensor:
+    def logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        keep: int = 0,
+    ) -> torch.Tensor:
         """Logits of the last ``keep`` positions (0 = all)."""
         if self.adapters_disabled:
             with self.lm.disable_adapter():
-                return lm_forward(self.lm, input_ids, attention_mask, position_ids, keep=keep).logits
+                return lm_forward(
+                    self.lm, input_ids, attention_mask, position_ids, keep=keep
+                ).logits
         return lm_forward(self.lm, input_ids, attention_mask, position_ids, keep=keep).logits
 
 
@@ -335,8 +361,11 @@ class PPOAgent:
                 self._turn = self._start_turn(obs)
                 turn = self._turn
                 logits, values, past = model(
-                    turn["prompt_ids"].to(self.device), turn["mask"], turn["position_ids"],
-                    use_cache=True, keep=1,
+                    turn["prompt_ids"].to(self.device),
+                    turn["mask"],
+                    turn["position_ids"],
+                    use_cache=True,
+                    keep=1,
                 )
             else:
                 turn = self._turn
@@ -350,8 +379,12 @@ class PPOAgent:
                 turn["mask"] = torch.cat([turn["mask"], ones], dim=1)
                 turn["next_pos"] = turn["next_pos"] + 1
                 logits, values, past = model(
-                    last, turn["mask"], turn["next_pos"][:, None], cache=turn["past"],
-                    use_cache=True, keep=1,
+                    last,
+                    turn["mask"],
+                    turn["next_pos"][:, None],
+                    cache=turn["past"],
+                    use_cache=True,
+                    keep=1,
                 )
         turn["past"] = past
         logits = logits[:, -1].float()
@@ -385,7 +418,9 @@ class PPOAgent:
             "full_logprobs": [],
         }
 
-    def end_episode(self, obs: dict[str, np.ndarray], rewards: np.ndarray, info: dict[str, Any]) -> None:
+    def end_episode(
+        self, obs: dict[str, np.ndarray], rewards: np.ndarray, info: dict[str, Any]
+    ) -> None:
         """Close the turn: keep the tokens the game accepted and the rewards it paid."""
         turn, self._turn = self._turn, None
         if turn is None or not turn["tokens"]:
@@ -428,7 +463,9 @@ class PPOAgent:
         for rows in torch.arange(len(ids)).split(self.config.forward_batch_size):
             with self.accelerator.autocast():
                 logits = self.reference.logits(
-                    ids[rows].to(self.device), mask[rows].to(self.device), pos[rows].to(self.device),
+                    ids[rows].to(self.device),
+                    mask[rows].to(self.device),
+                    pos[rows].to(self.device),
                     keep=T + 1,
                 )
             ref_lp = torch.log_softmax(self._response_logits(logits, T), dim=-1).cpu()
@@ -449,8 +486,11 @@ class PPOAgent:
         mask = ep.mask.float()
         kl = self._kl(ep)
         scores = pm.scale_scores(
-            ep.rewards.clone(), self.score_moments if cfg.score_scaling else None,
-            use_scaling=cfg.score_scaling, use_normalization=cfg.score_norm, clip=cfg.score_clip,
+            ep.rewards.clone(),
+            self.score_moments if cfg.score_scaling else None,
+            use_scaling=cfg.score_scaling,
+            use_normalization=cfg.score_norm,
+            clip=cfg.score_clip,
         )
         kl_coef = float(self.kl_ctl.value)
         rewards, non_score = pm.token_rewards(scores, kl, mask, kl_coef)
@@ -467,8 +507,16 @@ class PPOAgent:
                 self.optimizer.zero_grad(set_to_none=True)
                 for rows in batch.split(micro):
                     stats = self._loss_backward(
-                        rows, len(rows) / len(batch), ids, seq_mask, pos, ep, advantages,
-                        returns, mask, T,
+                        rows,
+                        len(rows) / len(batch),
+                        ids,
+                        seq_mask,
+                        pos,
+                        ep,
+                        advantages,
+                        returns,
+                        mask,
+                        T,
                     )
                     for k, v in stats.items():
                         totals.setdefault(k, []).append(v)
@@ -482,17 +530,19 @@ class PPOAgent:
         self.kl_ctl.update(float(seq_kl.mean()), B)
         lengths = ep.mask.sum(dim=1).float()
         out = {k: float(np.mean(v)) for k, v in totals.items()}
-        out.update({
-            "env/reward_mean": float(ep.rewards.mean()),
-            "env/reward_std": float(ep.rewards.std()) if B > 1 else 0.0,
-            "objective/kl": float(seq_kl.mean()),
-            "objective/kl_coef": kl_coef,
-            "objective/non_score_reward": float(non_score.sum(dim=1).mean()),
-            "ppo/returns_mean": float(pm.masked_mean(returns, mask)),
-            "ppo/values_mean": float(pm.masked_mean(ep.values, mask)),
-            "ppo/scores_scaled_mean": float(scores.mean()),
-            "env/response_length": float(lengths.mean()),
-        })
+        out.update(
+            {
+                "env/reward_mean": float(ep.rewards.mean()),
+                "env/reward_std": float(ep.rewards.std()) if B > 1 else 0.0,
+                "objective/kl": float(seq_kl.mean()),
+                "objective/kl_coef": kl_coef,
+                "objective/non_score_reward": float(non_score.sum(dim=1).mean()),
+                "ppo/returns_mean": float(pm.masked_mean(returns, mask)),
+                "ppo/values_mean": float(pm.masked_mean(ep.values, mask)),
+                "ppo/scores_scaled_mean": float(scores.mean()),
+                "env/response_length": float(lengths.mean()),
+            }
+        )
         return out
 
     def _loss_backward(
@@ -501,7 +551,9 @@ class PPOAgent:
         cfg = self.config
         with self.accelerator.autocast():
             logits, values, _ = self.policy(
-                ids[rows].to(self.device), seq_mask[rows].to(self.device), pos[rows].to(self.device),
+                ids[rows].to(self.device),
+                seq_mask[rows].to(self.device),
+                pos[rows].to(self.device),
                 keep=T + 1,
             )
         logprobs_all = torch.log_softmax(self._response_logits(logits, T), dim=-1)
@@ -510,11 +562,17 @@ class PPOAgent:
         new_values = values[:, :-1].float()
         m = mask[rows].to(self.device)
         pg_loss, pg_stats = pm.policy_loss(
-            logprobs, ep.logprobs[rows].to(self.device), advantages[rows].to(self.device), m,
+            logprobs,
+            ep.logprobs[rows].to(self.device),
+            advantages[rows].to(self.device),
+            m,
             cfg.clip_range,
         )
         vf_loss, vf_stats = pm.value_loss(
-            new_values, ep.values[rows].to(self.device), returns[rows].to(self.device), m,
+            new_values,
+            ep.values[rows].to(self.device),
+            returns[rows].to(self.device),
+            m,
             cfg.clip_range_value,
         )
         loss = pg_loss + cfg.vf_coef * vf_loss

@@ -1,8 +1,8 @@
 """cory_env: the CORY game (pioneer answers, observer answers seeing it) as PettingZoo envs.
 
-    import cory_env
-    env = cory_env.text_game(task="imdb")          # PettingZoo AECEnv, one game
-    game = cory_env.batched_game("imdb", batch_size=64)   # B games in lock-step
+import cory_env
+env = cory_env.text_game(task="imdb")          # PettingZoo AECEnv, one game
+game = cory_env.batched_game("imdb", batch_size=64)   # B games in lock-step
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ from cory_env.tasks import (
 )
 
 
-def text_game(task: str | Task = "imdb", render_mode: str | None = None, **settings: Any) -> TextGameEnv:
+def text_game(
+    task: str | Task = "imdb", render_mode: str | None = None, **settings: Any
+) -> TextGameEnv:
     """The CORY game as a PettingZoo ``AECEnv``.
 
     ``settings`` are game settings (``n_agents``, ``lam``, ``role_exchange_period``,
@@ -31,7 +33,9 @@ def text_game(task: str | Task = "imdb", render_mode: str | None = None, **setti
     return TextGameEnv(BatchedTextGame(task, batch_size=1, **settings), render_mode=render_mode)
 
 
-def batched_game(task: str | Task = "imdb", batch_size: int = 64, **settings: Any) -> BatchedTextGame:
+def batched_game(
+    task: str | Task = "imdb", batch_size: int = 64, **settings: Any
+) -> BatchedTextGame:
     """B games in lock-step with array observations, actions and rewards (same rules)."""
     return BatchedTextGame(task, batch_size=batch_size, **settings)
 

@@ -17,8 +17,11 @@ class TextGameEnv(AECEnv):
     steps once with ``None``, as in any PettingZoo AEC env.
     """
 
-    metadata = {"name": "cory_text_game_v0", "render_modes": ["human", "ansi"],
-                "is_parallelizable": False}
+    metadata = {
+        "name": "cory_text_game_v0",
+        "render_modes": ["human", "ansi"],
+        "is_parallelizable": False,
+    }
 
     def __init__(self, game: BatchedTextGame, render_mode: str | None = None) -> None:
         super().__init__()

@@ -48,8 +48,10 @@ class GameSettings:
         if not isinstance(self.n_agents, int) or self.n_agents < 1:
             raise ValueError(f"n_agents must be an integer >= 1, got {self.n_agents!r}")
         if not isinstance(self.lam, (int, float)) or not math.isfinite(self.lam):
-            raise ValueError(f"lam must be a finite number (1 = CORY, 0 = independent, "
-                             f"-1 = zero-sum), got {self.lam!r}")
+            raise ValueError(
+                f"lam must be a finite number (1 = CORY, 0 = independent, "
+                f"-1 = zero-sum), got {self.lam!r}"
+            )
         if not isinstance(self.role_exchange_period, int) or self.role_exchange_period < 1:
             raise ValueError(
                 f"role_exchange_period must be an integer >= 1 (episodes between role "
@@ -162,7 +164,9 @@ class BatchedTextGame:
         self._observation_spaces = {
             agent: spaces.Dict(
                 {
-                    "input_ids": spaces.Box(0, self._vocab[i] - 1, (self.context_length,), np.int64),
+                    "input_ids": spaces.Box(
+                        0, self._vocab[i] - 1, (self.context_length,), np.int64
+                    ),
                     "attention_mask": spaces.Box(0, 1, (self.context_length,), np.int64),
                     "role": spaces.Discrete(self.n_agents),
                     "num_generated": spaces.Discrete(self.context_length + 1),
@@ -174,7 +178,9 @@ class BatchedTextGame:
             agent: spaces.Discrete(self._vocab[i]) for i, agent in enumerate(self.possible_agents)
         }
         self.episode = 0
-        """Completed resets so far; sets the roles. Save and restore it to resume a run."""
+        """Number of the current episode (batch); it sets the roles."""
+        self.next_episode = 0
+        """Number the next ``reset()`` plays. Save and restore it to resume a run."""
         self.np_random, _ = seeding.np_random(None)
         self._warned_truncation = False
         self._started = False
@@ -217,7 +223,8 @@ class BatchedTextGame:
     @property
     def roles(self) -> dict[str, str]:
         return {
-            a: role_name(r, self.n_agents) for a, r in zip(self.possible_agents, self._role_of)
+            a: role_name(r, self.n_agents)
+            for a, r in zip(self.possible_agents, self._role_of, strict=False)
         }
 
     # ----------------------------------------------------------------- reset / step
@@ -226,9 +233,8 @@ class BatchedTextGame:
         if seed is not None:
             self.np_random, _ = seeding.np_random(seed)
         if options and "episode" in options:
-            self.episode = int(options["episode"])
-        elif self._started:
-            self.episode += 1
+            self.next_episode = int(options["episode"])
+        self.episode, self.next_episode = self.next_episode, self.next_episode + 1
         self._started = True
         n, B, L = self.n_agents, self.batch_size, self.context_length
         self._role_of = self.roles_for_episode(self.episode)
@@ -283,7 +289,7 @@ class BatchedTextGame:
         self.active[:] = True
 
     def step(self, actions: Any, agent: str | None = None) -> None:
-        """Append one token per row for the acting agent. ``agent`` optionally asserts whose turn."""
+        """Append one token per row for the acting agent; ``agent`` asserts whose turn it is."""
         if not self._started:
             raise RuntimeError("call reset() before step()")
         if self.done:

@@ -47,7 +47,9 @@ def embedded_model_dir() -> Path:
     if (target / "config.json").exists() and (target / "model.safetensors").exists():
         return target
     if importlib.util.find_spec("gguf") is None:
-        raise ImportError(f"converting the embedded model needs the gguf package: `{_INSTALL_HINT}`")
+        raise ImportError(
+            f"converting the embedded model needs the gguf package: `{_INSTALL_HINT}`"
+        )
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     gguf = _gguf_path()

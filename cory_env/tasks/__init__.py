@@ -55,7 +55,9 @@ def custom_task(
     **kwargs: Any,
 ) -> Task:
     """A user's own queries plus a batched ``reward_fn(queries, responses)``."""
-    return Task(name=name, queries=list(queries), reward_fn=reward_fn, prompt_fn=prompt_fn, **kwargs)
+    return Task(
+        name=name, queries=list(queries), reward_fn=reward_fn, prompt_fn=prompt_fn, **kwargs
+    )
 
 
 # Importing the task modules registers them.

@@ -43,11 +43,11 @@ class Task:
     def __post_init__(self) -> None:
         self.queries = [q if isinstance(q, Query) else Query(str(q)) for q in self.queries]
         if not self.queries:
-            raise ValueError(
-                f"task {self.name!r} has an empty query set; give at least one query"
-            )
+            raise ValueError(f"task {self.name!r} has an empty query set; give at least one query")
         if not callable(self.reward_fn):
-            raise TypeError(f"task {self.name!r}: reward_fn must be callable, got {self.reward_fn!r}")
+            raise TypeError(
+                f"task {self.name!r}: reward_fn must be callable, got {self.reward_fn!r}"
+            )
 
     def prompt(self, role: int, query: Query, earlier: Sequence[str]) -> str:
         return self.prompt_fn(role, query, earlier)

@@ -1,0 +1,211 @@
+"""Arithmetic word problems generated here: a fully offline math task with tunable difficulty.
+
+Difficulty is set by the largest operand, the number of chained steps and the
+operations allowed. The easiest level (one step, operands 1-9, + and -) is meant to
+be solvable some of the time by a 135M instruct model, so that RL has a signal.
+
+Template convention (tests rely on it): each problem is one start sentence with the
+first number, one sentence per step with that step's operand, and a question with no
+number; gain steps say "more", multiplication steps say "times", loss steps say neither.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from cory_env.rewards import AnswerCheckReward
+from cory_env.tasks import register_task
+from cory_env.tasks._checks import new_token_budget, positive_int
+from cory_env.tasks.base import Query, Task
+
+OPERATIONS = ("+", "-", "*")
+EXAMPLE = (
+    "Q: Tom has 2 apples and gets 3 more. How many apples does Tom have?\nA: The answer is 5.\n"
+)
+
+
+@dataclass(frozen=True)
+class _Theme:
+    """Sentence templates for one kind of thing; ``{c}`` is "3 apples", ``{m}`` "3 more apples"."""
+
+    singular: str
+    plural: str
+    start: str
+    gains: tuple[str, ...]
+    losses: tuple[str, ...]
+    question: str
+
+
+THEMES = (
+    _Theme("apple", "apples", "{name} had {c}.",
+           ("{name} picked {m} from a tree.", "a friend gave {name} {m}."),
+           ("{name} ate {c}.", "{name} gave {c} to a neighbour."),
+           "How many apples does {name} have now?"),
+    _Theme("coin", "coins", "{name} had {c}.",
+           ("{name} found {m} under the sofa.", "{name} earned {m} for doing chores."),
+           ("{name} spent {c} at the shop.", "{name} lost {c} on the way home."),
+           "How many coins does {name} have now?"),
+    _Theme("marble", "marbles", "{name} had {c}.",
+           ("{name} won {m} in a game.",),
+           ("{name} lost {c} in a game.",),
+           "How many marbles does {name} have now?"),
+    _Theme("page", "pages", "A notebook had {c}.",
+           ("{name} glued {m} into the notebook.",),
+           ("{name} tore {c} out of the notebook.",),
+           "How many pages does the notebook have now?"),
+    _Theme("bird", "birds", "There were {c} on a tree.",
+           ("{m} landed on the tree.",),
+           ("{c} flew away.",),
+           "How many birds are on the tree now?"),
+    _Theme("cookie", "cookies", "{name} baked {c}.",
+           ("{name} baked {m}.",),
+           ("{name} ate {c}.", "{name} gave {c} to friends."),
+           "How many cookies does {name} have now?"),
+    _Theme("book", "books", "There were {c} on a shelf.",
+           ("{name} put {m} on the shelf.",),
+           ("{name} took {c} off the shelf.",),
+           "How many books are on the shelf now?"),
+    _Theme("sticker", "stickers", "{name} had {c}.",
+           ("{name} bought {m}.",),
+           ("{name} gave away {c}.", "{name} used {c} on a card."),
+           "How many stickers does {name} have now?"),
+    _Theme("car", "cars", "There were {c} in a parking lot.",
+           ("{m} drove into the parking lot.",),
+           ("{c} drove away.",),
+           "How many cars are in the parking lot now?"),
+    _Theme("fish", "fish", "A tank had {c}.",
+           ("{name} added {m} to the tank.",),
+           ("{name} moved {c} to a pond.",),
+           "How many fish are in the tank now?"),
+    _Theme("balloon", "balloons", "{name} had {c}.",
+           ("{name} blew up {m}.",),
+           ("{c} popped.",),  # past tense everywhere: no verb agreement to get wrong
+           "How many balloons does {name} have now?"),
+    _Theme("pencil", "pencils", "{name} had {c}.",
+           ("{name} bought {m}.",),
+           ("{name} gave {c} to a classmate.",),
+           "How many pencils does {name} have now?"),
+)  # fmt: skip
+NAMES = (
+    "Tom", "Ana", "Ben", "Mia", "Leo", "Sara", "Omar", "Lily", "Sam", "Nina",
+    "Raj", "Eva", "Max", "Zoe", "Kofi", "Lena", "Ivan", "Maya", "Hugo", "Aiko",
+)  # fmt: skip
+LATER = ("After that,", "Later,", "Next,", "Then")
+
+
+def _check_operations(operations: Iterable[str]) -> tuple[str, ...]:
+    ops = tuple(operations)
+    unknown = [op for op in ops if op not in OPERATIONS]
+    if not ops or unknown:
+        raise ValueError(
+            f"task 'arith': operations must be a non-empty selection of {OPERATIONS}, got {ops!r}"
+        )
+    return ops
+
+
+def generate_arith_problems(
+    n: int,
+    *,
+    max_operand: int = 9,
+    n_steps: int = 1,
+    operations: Sequence[str] = ("+", "-"),
+    seed: int = 0,
+) -> list[Query]:
+    """``n`` word problems of ``n_steps`` chained operations on operands 1..max_operand.
+
+    Answers are never negative (a subtraction never takes away more than there is)
+    and ``Query.answer`` is the exact integer as a string. Deterministic in ``seed``.
+    """
+    n = positive_int("arith", "n_queries", n)
+    max_operand = positive_int("arith", "max_operand", max_operand)
+    n_steps = positive_int("arith", "n_steps", n_steps)
+    ops = _check_operations(operations)
+    only_sub = set(ops) == {"-"}
+    if only_sub and max_operand < n_steps:
+        raise ValueError(
+            f"task 'arith': with only subtraction, {n_steps} steps need a start value of at "
+            f"least {n_steps}, so max_operand must be >= n_steps; got max_operand={max_operand}"
+        )
+    rng = np.random.default_rng(seed)
+
+    def pick(options: Sequence[str]) -> str:
+        return options[int(rng.integers(len(options)))]
+
+    problems = []
+    for _ in range(n):
+        theme = THEMES[int(rng.integers(len(THEMES)))]
+        name = pick(NAMES)
+
+        def count(k: int, more: bool = False, theme: _Theme = theme) -> str:
+            noun = theme.singular if k == 1 else theme.plural
+            return f"{k} more {noun}" if more else f"{k} {noun}"
+
+        value = int(rng.integers(n_steps if only_sub else 1, max_operand + 1))
+        sentences = [theme.start.format(name=name, c=count(value))]
+        for step in range(n_steps):
+            op = pick([o for o in ops if o != "-" or value >= 1])
+            if op == "-":
+                # With only subtraction, keep 1 in reserve for each later step.
+                reserve = n_steps - step - 1 if only_sub else 0
+                k = int(rng.integers(1, min(max_operand, value - reserve) + 1))
+                value -= k
+                text = pick(theme.losses).format(name=name, c=count(k))
+            else:
+                k = int(rng.integers(1, max_operand + 1))
+                if op == "+":
+                    value += k
+                    text = pick(theme.gains).format(name=name, m=count(k, more=True))
+                else:
+                    value *= k
+                    text = f"the number of {theme.plural} became {k} times as large."
+            sentences.append(f"{'Then' if step == 0 else pick(LATER)} {text}")
+        sentences.append(theme.question.format(name=name))
+        problems.append(Query(text=" ".join(sentences), answer=str(value)))
+    return problems
+
+
+def arith_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
+    """Short one-shot prompt; observers also see the latest earlier answer."""
+    if role == 0:
+        return f"{EXAMPLE}Q: {query.text}\nA:"
+    if not earlier:
+        raise ValueError(f"arith prompt for role {role} needs an earlier response; got none")
+    return f"{EXAMPLE}Q: {query.text}\nReference answer: {earlier[-1].strip()}\nA:"
+
+
+@register_task("arith")
+def make_arith_task(
+    *,
+    n_queries: int = 512,
+    max_operand: int = 9,
+    n_steps: int = 1,
+    operations: Sequence[str] = ("+", "-"),
+    seed: int = 0,
+    max_new_tokens: int | tuple[int, int] = 24,
+    context_length: int = 192,
+) -> Task:
+    """Generated arithmetic word problems scored by the GSM8K answer checker.
+
+    ``operations`` is a selection of "+", "-", "*"; operands are 1..max_operand;
+    ``n_steps`` operations are chained. Responses are expected as "The answer is N."
+    """
+    queries = generate_arith_problems(
+        n_queries, max_operand=max_operand, n_steps=n_steps, operations=operations, seed=seed
+    )
+    return Task(
+        name="arith",
+        queries=queries,
+        reward_fn=AnswerCheckReward(),
+        prompt_fn=arith_prompt,
+        max_new_tokens=new_token_budget("arith", max_new_tokens),
+        context_length=positive_int("arith", "context_length", context_length),
+        metadata={
+            "max_operand": max_operand,
+            "n_steps": n_steps,
+            "operations": tuple(operations),
+            "seed": seed,
+        },
+    )

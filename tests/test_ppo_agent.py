@@ -1,0 +1,165 @@
+"""The PPO learner on a tiny Llama: acting bookkeeping, KL, learning, LoRA, save/load."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import cory_env
+from agents.ppo import PPOAgent, PPOConfig, build_policies
+from train.loop import play_batch
+
+
+def target_task(tokenizer, word: str = "great", budget: int = 4):
+    """Reward = share of response words equal to ``word``: a signal a tiny model can learn."""
+
+    def reward(queries, responses):
+        return [r.split().count(word) / budget for r in responses]
+
+    return cory_env.custom_task(
+        ["the movie was", "this film is", "i love the", "a very"],
+        reward,
+        prompt_fn=lambda role, q, earlier: q.text if role == 0 else f"{earlier[-1]} and {q.text}",
+        max_new_tokens=budget,
+        context_length=24,
+    )
+
+
+def make_agents(tokenizer, lm, n_agents, config, lora=None):
+    policies, reference = build_policies(lm, n_agents, lora)
+    return {
+        f"llm_{i}": PPOAgent(p, reference, config, tokenizer.pad_token_id, seed=i)
+        for i, p in enumerate(policies)
+    }
+
+
+def test_recorded_logprobs_and_values_match_a_full_forward(tiny_tokenizer, tiny_lm):
+    """The KV-cached acting pass must agree with the batched training forward (ratio = 1)."""
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer), batch_size=6, n_agents=1, tokenizer=tiny_tokenizer
+    )
+    agents = make_agents(tiny_tokenizer, tiny_lm, 1, PPOConfig())
+    game.reset(seed=3)
+    play_batch(game, agents)
+    agent = agents["llm_0"]
+    ep = agent.episodes[0]
+    ids, mask, pos = agent._sequences(ep)
+    T = ep.tokens.shape[1]
+    with torch.no_grad():
+        logits, values, _ = agent.model(ids, mask, pos, keep=T + 1)
+    logprobs = torch.log_softmax(agent._response_logits(logits, T), -1)
+    token_lp = logprobs.gather(-1, ep.tokens[..., None]).squeeze(-1)
+    m = ep.mask.bool()
+    assert m.sum() > 0 and (ep.prompt_mask == 0).any(), "test needs padded prompts"
+    torch.testing.assert_close(token_lp[m], ep.logprobs[m], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(values[:, :-1][m], ep.values[m], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logprobs[m], ep.full_logprobs[m], atol=1e-4, rtol=1e-4)
+
+
+def test_kl_is_zero_before_training_and_positive_after(tiny_tokenizer, tiny_lm):
+    cfg = PPOConfig(learning_rate=5e-3, mini_batch_size=8)
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer), batch_size=8, n_agents=1, tokenizer=tiny_tokenizer
+    )
+    agent = make_agents(tiny_tokenizer, tiny_lm, 1, cfg)["llm_0"]
+    game.reset(seed=0)
+    play_batch(game, {"llm_0": agent})
+    assert agent._kl(agent.episodes[0]).abs().max() < 1e-5
+    stats = agent.learn()
+    assert abs(stats["objective/kl"]) < 1e-4
+    game.reset()
+    play_batch(game, {"llm_0": agent})
+    assert agent._kl(agent.episodes[0]).sum() > 1e-3
+
+
+def test_sampled_kl_estimator_runs_without_full_logprobs(tiny_tokenizer, tiny_lm):
+    cfg = PPOConfig(kl_estimator="k3", mini_batch_size=4)
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer), batch_size=4, n_agents=1, tokenizer=tiny_tokenizer
+    )
+    agent = make_agents(tiny_tokenizer, tiny_lm, 1, cfg)["llm_0"]
+    game.reset(seed=0)
+    play_batch(game, {"llm_0": agent})
+    assert agent.episodes[0].full_logprobs is None
+    assert np.isfinite(agent.learn()["objective/kl"])
+
+
+def _train(game, agents, iterations):
+    scores = []
+    for it in range(iterations):
+        game.reset(seed=0 if it == 0 else None)
+        play_batch(game, agents)
+        for agent in agents.values():
+            agent.learn()
+        scores.append(np.mean([s.mean() for s in game.scores.values()]))
+    return scores
+
+
+@pytest.mark.parametrize("n_agents", [1, 2])
+def test_reward_rises_for_ppo_and_cory(tiny_tokenizer, tiny_lm, n_agents):
+    """Rewarded for the word 'great', the agents learn to say it (one-agent PPO and CORY)."""
+    cfg = PPOConfig(learning_rate=3e-3, mini_batch_size=16, init_kl_coef=0.01, adaptive_kl=False)
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer),
+        batch_size=32,
+        n_agents=n_agents,
+        tokenizer=tiny_tokenizer,
+        role_exchange_period=3,
+    )
+    agents = make_agents(tiny_tokenizer, tiny_lm, n_agents, cfg)
+    scores = _train(game, agents, 25)
+    assert np.mean(scores[:3]) < 0.15
+    assert np.mean(scores[-3:]) > 0.6, scores
+
+
+def test_lora_agents_share_one_base_and_reference(tiny_tokenizer, tiny_lm):
+    from peft import LoraConfig
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    cfg = PPOConfig(learning_rate=1e-2, mini_batch_size=8)
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer), batch_size=8, n_agents=2, tokenizer=tiny_tokenizer
+    )
+    agents = make_agents(tiny_tokenizer, tiny_lm, 2, cfg, lora=lora)
+    a0, a1 = agents["llm_0"], agents["llm_1"]
+    assert a0.model.lm is a1.model.lm is a0.reference.lm
+    before = {k: v.clone() for k, v in a1.model.policy_state_dict().items()}
+    base_before = tiny_lm.get_input_embeddings().weight.clone()
+    game.reset(seed=0)
+    play_batch(game, agents)
+    a0.learn()
+    a1.episodes.clear()
+    after = a1.model.policy_state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before), "llm_1's adapter moved"
+    assert torch.equal(tiny_lm.get_input_embeddings().weight, base_before)
+    game.reset()
+    play_batch(game, agents)
+    assert a0._kl(a0.episodes[0]).sum() > 0  # its adapter moved away from the base
+    assert a1._kl(a1.episodes[0]).abs().max() < 1e-5  # untouched adapter = reference
+
+
+def test_save_and_load_restore_the_agent(tiny_tokenizer, tiny_lm, tmp_path):
+    cfg = PPOConfig(learning_rate=1e-2, mini_batch_size=8)
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer), batch_size=8, n_agents=1, tokenizer=tiny_tokenizer
+    )
+    agent = make_agents(tiny_tokenizer, tiny_lm, 1, cfg)["llm_0"]
+    game.reset(seed=0)
+    play_batch(game, {"llm_0": agent})
+    agent.learn()
+    agent.save(tmp_path / "a")
+    obs = game.observe("llm_0")
+    obs["num_generated"][:] = 0
+    fresh = make_agents(tiny_tokenizer, tiny_lm, 1, cfg)["llm_0"]
+    fresh.load(tmp_path / "a")
+    assert fresh.kl_ctl.value == agent.kl_ctl.value
+    assert fresh.score_moments.count == agent.score_moments.count
+    np.testing.assert_array_equal(fresh.act(obs), agent.act(obs))
+
+
+def test_bad_config_is_rejected():
+    with pytest.raises(ValueError, match="kl_estimator"):
+        PPOConfig(kl_estimator="bogus").validate()
+    with pytest.raises(ValueError, match="multiple of gradient_accumulation_steps"):
+        PPOConfig(mini_batch_size=6, gradient_accumulation_steps=4).validate()

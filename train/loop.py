@@ -1,0 +1,246 @@
+"""The one training loop: play a batch of games, let every learner learn, log, checkpoint.
+
+The loop talks to learners only through :class:`agents.base.Learner`, so PPO, CORY and
+any other learner share it. One iteration = one batch of ``batch_size`` games.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import resource
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from agents.base import Learner
+from cory_env import BatchedTextGame
+from train.config import TrainConfig
+from train.plots import plot_run
+
+
+def make_game(config: TrainConfig, tokenizer: Any) -> BatchedTextGame:
+    settings: dict[str, Any] = dict(config.task_settings)
+    settings.update(
+        n_agents=config.n_agents, lam=config.lam, role_exchange_period=config.role_exchange_period
+    )
+    if config.max_new_tokens is not None:
+        settings["max_new_tokens"] = config.max_new_tokens
+    if config.context_length is not None:
+        settings["context_length"] = config.context_length
+    return BatchedTextGame(
+        config.task, batch_size=config.batch_size, tokenizer=tokenizer, **settings
+    )
+
+
+def play_batch(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
+    """Play one batch of games to the end and hand every learner its outcome."""
+    while not game.done:
+        agent = game.agent_selection
+        game.step(learners[agent].act(game.observe(agent)), agent=agent)
+    for agent, learner in learners.items():
+        learner.end_episode(game.observe(agent), game.rewards[agent], game.info(agent))
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process (and CUDA's peak allocation, if used)."""
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (
+        1024 if sys.platform != "darwin" else 1024**2
+    )
+    if torch.cuda.is_available():
+        rss = max(rss, torch.cuda.max_memory_allocated() / 2**20)
+    return float(rss)
+
+
+class RunDirectory:
+    """The files of one run: config, metrics, samples, TensorBoard, checkpoints, plots."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.metrics_file = self.path / "metrics.jsonl"
+        self.samples_file = self.path / "samples.jsonl"
+        self.checkpoint = self.path / "checkpoint"
+        self._tb = None
+
+    @property
+    def tensorboard(self) -> Any:
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(self.path / "tensorboard"))
+        return self._tb
+
+    def log_metrics(self, row: dict[str, Any]) -> None:
+        with self.metrics_file.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        for key, value in row.items():
+            if isinstance(value, (int, float)) and key != "iteration":
+                self.tensorboard.add_scalar(key, value, row["iteration"])
+
+    def log_samples(self, iteration: int, samples: list[dict[str, Any]]) -> None:
+        with self.samples_file.open("a") as f:
+            for sample in samples:
+                f.write(json.dumps({"iteration": iteration, **sample}) + "\n")
+        text = "\n\n".join(json.dumps(s, indent=1) for s in samples)
+        self.tensorboard.add_text("samples", f"```\n{text}\n```", iteration)
+
+    def truncate_logs(self, iteration: int) -> None:
+        """On resume, drop log rows written after the checkpoint (they will be redone)."""
+        for file in (self.metrics_file, self.samples_file):
+            if file.exists():
+                rows = [
+                    line
+                    for line in file.read_text().splitlines()
+                    if line and json.loads(line)["iteration"] < iteration
+                ]
+                file.write_text("".join(r + "\n" for r in rows))
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def save_checkpoint(
+    run: RunDirectory, learners: dict[str, Learner], game: BatchedTextGame, iteration: int
+) -> None:
+    """Write the whole state to a temporary folder, then swap it in: never half-written."""
+    tmp = run.path / "checkpoint.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for agent, learner in learners.items():
+        learner.save(tmp / agent)
+    torch.save(
+        {
+            "iteration": iteration,
+            "next_episode": game.next_episode,
+            "game_rng": game.np_random.bit_generator.state,
+            "torch_rng": torch.get_rng_state(),
+            "numpy_rng": np.random.get_state(),
+            "python_rng": random.getstate(),
+        },
+        tmp / "state.pt",
+    )
+    old = run.path / "checkpoint.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if run.checkpoint.exists():
+        run.checkpoint.rename(old)
+    tmp.rename(run.checkpoint)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def load_checkpoint(run: RunDirectory, learners: dict[str, Learner], game: BatchedTextGame) -> int:
+    """Restore learners, roles and RNGs; returns the next iteration to run."""
+    folder = run.checkpoint
+    if not (folder / "state.pt").exists() and (run.path / "checkpoint.old" / "state.pt").exists():
+        folder = run.path / "checkpoint.old"  # a crash between the two renames
+    if not (folder / "state.pt").exists():
+        raise FileNotFoundError(f"{run.path} has no checkpoint to resume from")
+    state = torch.load(folder / "state.pt", weights_only=False)
+    for agent, learner in learners.items():
+        learner.load(folder / agent)
+    game.next_episode = state["next_episode"]
+    game.np_random.bit_generator.state = state["game_rng"]
+    torch.set_rng_state(state["torch_rng"])
+    np.random.set_state(state["numpy_rng"])
+    random.setstate(state["python_rng"])
+    return int(state["iteration"]) + 1
+
+
+def iteration_metrics(
+    game: BatchedTextGame, stats: dict[str, dict[str, float]], eta: float
+) -> dict[str, float]:
+    """Per agent and per role: task score, KL, and the combined objective ``r - eta*KL``."""
+    row: dict[str, Any] = {}
+    roles = game.roles
+    for agent, agent_stats in stats.items():
+        score = float(np.mean(game.scores[agent]))
+        kl = float(agent_stats.get("objective/kl", 0.0))
+        for prefix in (agent, roles[agent]):
+            row[f"{prefix}/score"] = score
+            row[f"{prefix}/kl"] = kl
+            row[f"{prefix}/objective"] = score - eta * kl
+        row[f"{agent}/role"] = roles[agent]
+        row.update({f"{agent}/{k}": v for k, v in agent_stats.items()})
+    row["score_mean"] = float(np.mean([np.mean(s) for s in game.scores.values()]))
+    row["kl_mean"] = float(np.mean([row[f"{a}/kl"] for a in stats]))
+    return row
+
+
+def batch_samples(game: BatchedTextGame, n: int) -> list[dict[str, Any]]:
+    roles = game.roles
+    by_role = sorted(
+        game.possible_agents,
+        key=lambda a: game.roles_for_episode(game.episode)[game.possible_agents.index(a)],
+    )
+    out = []
+    for b in range(min(n, game.batch_size)):
+        sample: dict[str, Any] = {"query": game.queries[b].text}
+        for agent in by_role:
+            sample[roles[agent]] = {
+                "agent": agent,
+                "response": game.responses[agent][b],
+                "score": float(game.scores[agent][b]),
+                "reward": float(game.rewards[agent][b]),
+            }
+        out.append(sample)
+    return out
+
+
+def train(
+    config: TrainConfig,
+    learners: dict[str, Learner],
+    game: BatchedTextGame,
+    run_path: Path,
+    resume: bool = False,
+) -> RunDirectory:
+    """Run ``config.iterations`` iterations (continuing from the checkpoint if ``resume``)."""
+    run = RunDirectory(run_path)
+    start = 0
+    if resume:
+        start = load_checkpoint(run, learners, game)
+        run.truncate_logs(start)
+    else:
+        config.save(run.path / "config.yaml")
+    bar = tqdm(
+        range(start, config.iterations),
+        initial=start,
+        total=config.iterations,
+        desc=f"{config.algorithm} {config.task}",
+        unit="it",
+        dynamic_ncols=True,
+    )
+    try:
+        for iteration in bar:
+            t0 = time.perf_counter()
+            game.reset(seed=config.seed if iteration == 0 else None)
+            play_batch(game, learners)
+            t_play = time.perf_counter() - t0
+            stats = {agent: learner.learn() for agent, learner in learners.items()}
+            elapsed = time.perf_counter() - t0
+            row = {
+                "iteration": iteration,
+                **iteration_metrics(game, stats, config.eta),
+                "time/iteration_s": elapsed,
+                "time/rollout_s": t_play,
+                "memory/peak_mb": peak_memory_mb(),
+            }
+            run.log_metrics(row)
+            if iteration % config.sample_every == 0 or iteration == config.iterations - 1:
+                run.log_samples(iteration, batch_samples(game, config.n_samples))
+            if (iteration + 1) % config.checkpoint_every == 0 or iteration == config.iterations - 1:
+                save_checkpoint(run, learners, game, iteration)
+            bar.set_postfix(
+                score=f"{row['score_mean']:+.3f}", kl=f"{row['kl_mean']:.3f}", s_it=f"{elapsed:.1f}"
+            )
+    finally:
+        bar.close()
+        run.close()
+    plot_run(run.path)
+    return run
