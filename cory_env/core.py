@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from gymnasium.utils import seeding
 
 from cory_env.models import EMBEDDED, load_tokenizer
 from cory_env.tasks import Query, Task, make_task, task_takes
+from cory_env.tasks.base import budget_range
 
 
 def role_name(role: int, n_agents: int) -> str:
@@ -65,32 +66,6 @@ class GameSettings:
 
 
 GAME_SETTINGS = tuple(GameSettings.__dataclass_fields__)
-
-
-def budget_range(max_new_tokens: int | Sequence[int]) -> tuple[int, int]:
-    """Normalise a budget to ``(low, high)`` drawn as ``integers(low, high + 1)``.
-
-    An int ``n`` is always ``n`` tokens; a pair ``(low, high)`` draws from ``low..high-1``
-    per episode, like the paper's ``LengthSampler(4, 16)``.
-    """
-    if isinstance(max_new_tokens, (int, np.integer)) and not isinstance(max_new_tokens, bool):
-        low = high = int(max_new_tokens)
-    elif (
-        isinstance(max_new_tokens, Sequence)
-        and len(max_new_tokens) == 2
-        and all(isinstance(v, (int, np.integer)) for v in max_new_tokens)
-    ):
-        low, high = int(max_new_tokens[0]), int(max_new_tokens[1]) - 1
-    else:
-        raise ValueError(
-            f"max_new_tokens must be an int or a (low, high) pair of ints, got {max_new_tokens!r}"
-        )
-    if low < 1 or high < low:
-        raise ValueError(
-            f"max_new_tokens must allow at least 1 token (int >= 1, or (low, high) with "
-            f"1 <= low < high), got {max_new_tokens!r}"
-        )
-    return low, high
 
 
 def split_settings(settings: Mapping[str, Any]) -> tuple[GameSettings, dict[str, Any]]:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # no hub here: fail fast, not after retries
 
 WORDS = (
     "<pad> <eos> the a movie film was is great good bad awful fun boring plot actors "

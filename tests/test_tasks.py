@@ -133,7 +133,7 @@ def test_imdb_scores_query_plus_response() -> None:
         ({"max_query_tokens": 2.5}, "max_query_tokens must be a positive int"),
         ({"n_queries": 100_000}, "n_queries=100000 but only"),
         ({"n_queries": 0}, "n_queries must be a positive int"),
-        ({"max_new_tokens": (5, 5)}, "needs low < high"),
+        ({"max_new_tokens": (5, 5)}, "1 <= low < high"),
         ({"max_new_tokens": (1, 2, 3)}, "int or a \\(low, high\\) pair"),
         ({"reward": "sentiment"}, "unknown reward 'sentiment'"),
     ],
@@ -291,7 +291,7 @@ def test_arith_task_prompts_and_reward() -> None:
         ({"operations": ()}, "operations must be a non-empty selection"),
         ({"operations": ("-",), "n_steps": 4, "max_operand": 3}, "max_operand must be >= n_steps"),
         ({"context_length": 0}, "context_length must be a positive int"),
-        ({"max_new_tokens": 0}, "max_new_tokens must be a positive int"),
+        ({"max_new_tokens": 0}, "max_new_tokens must allow at least 1 token"),
     ],
 )
 def test_arith_setting_errors(settings: dict, message: str) -> None:

@@ -16,24 +16,6 @@ def optional_positive_int(task: str, name: str, value: Any) -> int | None:
     return None if value is None else positive_int(task, name, value)
 
 
-def new_token_budget(task: str, value: Any) -> int | tuple[int, int]:
-    """An int >= 1, or ``(low, high)`` with ``1 <= low < high`` (high exclusive)."""
-    if isinstance(value, (tuple, list)):
-        if len(value) != 2:
-            raise ValueError(
-                f"task {task!r}: max_new_tokens must be an int or a (low, high) pair, got {value!r}"
-            )
-        low = positive_int(task, "max_new_tokens[0]", value[0])
-        high = positive_int(task, "max_new_tokens[1]", value[1])
-        if high <= low:
-            raise ValueError(
-                f"task {task!r}: max_new_tokens=(low, high) draws from low..high-1, so it "
-                f"needs low < high; got {tuple(value)!r}"
-            )
-        return (low, high)
-    return positive_int(task, "max_new_tokens", value)
-
-
 def select_count(task: str, available: int, n_queries: int | None) -> int:
     """How many queries to keep: all when ``n_queries`` is None, else check it fits."""
     if n_queries is None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from cory_env.rewards import AnswerCheckReward
 from cory_env.tasks import register_task
-from cory_env.tasks._checks import new_token_budget, positive_int
+from cory_env.tasks._checks import positive_int
 from cory_env.tasks.base import Query, Task
 
 OPERATIONS = ("+", "-", "*")
@@ -200,7 +200,7 @@ def make_arith_task(
         queries=queries,
         reward_fn=AnswerCheckReward(),
         prompt_fn=arith_prompt,
-        max_new_tokens=new_token_budget("arith", max_new_tokens),
+        max_new_tokens=max_new_tokens,
         context_length=positive_int("arith", "context_length", context_length),
         metadata={
             "max_operand": max_operand,

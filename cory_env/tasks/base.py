@@ -7,6 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class Query:
@@ -26,6 +28,32 @@ PromptFn = Callable[[int, Query, Sequence[str]], str]
 def continuation_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
     """Plain continuation for every role (role and earlier answers ignored)."""
     return query.text
+
+
+def budget_range(max_new_tokens: int | Sequence[int]) -> tuple[int, int]:
+    """Normalise a budget to ``(low, high)`` drawn as ``integers(low, high + 1)``.
+
+    An int ``n`` is always ``n`` tokens; a pair ``(low, high)`` draws from ``low..high-1``
+    per episode, like the paper's ``LengthSampler(4, 16)``.
+    """
+    if isinstance(max_new_tokens, (int, np.integer)) and not isinstance(max_new_tokens, bool):
+        low = high = int(max_new_tokens)
+    elif (
+        isinstance(max_new_tokens, Sequence)
+        and len(max_new_tokens) == 2
+        and all(isinstance(v, (int, np.integer)) for v in max_new_tokens)
+    ):
+        low, high = int(max_new_tokens[0]), int(max_new_tokens[1]) - 1
+    else:
+        raise ValueError(
+            f"max_new_tokens must be an int or a (low, high) pair of ints, got {max_new_tokens!r}"
+        )
+    if low < 1 or high < low:
+        raise ValueError(
+            f"max_new_tokens must allow at least 1 token (int >= 1, or (low, high) with "
+            f"1 <= low < high), got {max_new_tokens!r}"
+        )
+    return low, high
 
 
 @dataclass
@@ -48,6 +76,10 @@ class Task:
             raise TypeError(
                 f"task {self.name!r}: reward_fn must be callable, got {self.reward_fn!r}"
             )
+        try:
+            budget_range(self.max_new_tokens)
+        except ValueError as err:
+            raise ValueError(f"task {self.name!r}: {err}") from None
 
     def prompt(self, role: int, query: Query, earlier: Sequence[str]) -> str:
         return self.prompt_fn(role, query, earlier)

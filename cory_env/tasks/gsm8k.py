@@ -13,7 +13,7 @@ from typing import Any
 
 from cory_env.rewards import AnswerCheckReward
 from cory_env.tasks import register_task
-from cory_env.tasks._checks import new_token_budget, positive_int, select_count
+from cory_env.tasks._checks import positive_int, select_count
 from cory_env.tasks.answer_check import gold_answer
 from cory_env.tasks.base import Query, Task
 
@@ -78,7 +78,7 @@ def make_gsm8k_task(
     extracted answer equals the gold number after ``####``, else 0.0.
     """
     name = "gsm8k"
-    budget = new_token_budget(name, max_new_tokens)
+    budget = max_new_tokens
     context_length = positive_int(name, "context_length", context_length)
     records = load_fixture() if dataset is None else _load_records(dataset, split)
     columns = set(records[0]) if dataset is None else set(records.column_names)

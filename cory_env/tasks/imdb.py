@@ -18,7 +18,6 @@ import numpy as np
 from cory_env.rewards import RewardCallable, make_reward
 from cory_env.tasks import register_task
 from cory_env.tasks._checks import (
-    new_token_budget,
     optional_positive_int,
     positive_int,
     select_count,
@@ -114,7 +113,7 @@ def make_imdb_task(
             f"max_query_tokens={max_query_tokens}"
         )
     n_queries = optional_positive_int(name, "n_queries", n_queries)
-    budget = new_token_budget(name, max_new_tokens)
+    budget = max_new_tokens
     context_length = positive_int(name, "context_length", context_length)
     if tokenizer is not None and not (
         hasattr(tokenizer, "encode") and hasattr(tokenizer, "decode")

@@ -1,0 +1,104 @@
+"""The training scripts' path (config, loop, run folder, resume) on a tiny model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.conftest import make_tiny_lm, make_tiny_tokenizer
+from train.config import PRESETS, build_config, parse_args
+from train.run import run_training
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-model")
+    tokenizer = make_tiny_tokenizer()
+    make_tiny_lm(len(tokenizer)).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def tiny_config(model_dir, run_dir, algorithm="cory", **overrides):
+    values = {
+        "model": model_dir, "run_dir": str(run_dir), "batch_size": 4, "iterations": 3,
+        "max_new_tokens": [2, 5], "role_exchange_period": 1, "checkpoint_every": 2,
+        "sample_every": 1, "device": "cpu",
+        "ppo": {"mini_batch_size": 2, "gradient_accumulation_steps": 2, "ppo_epochs": 2,
+                "learning_rate": 1e-3},
+    }
+    values.update(overrides)
+    return build_config("smoke", overrides=values, algorithm=algorithm)
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("algorithm", ["cory", "ppo"])
+def test_run_writes_the_run_folder(tiny_model_dir, tmp_path, algorithm):
+    config = tiny_config(tiny_model_dir, tmp_path / "run", algorithm)
+    run = run_training(config)
+    files = {p.name for p in run.path.iterdir()}
+    assert {"config.yaml", "metrics.jsonl", "samples.jsonl", "curves.png", "checkpoint",
+            "tensorboard"} <= files
+    rows = read_jsonl(run.path / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [0, 1, 2]
+    agents = ["llm_0", "llm_1"] if algorithm == "cory" else ["llm_0"]
+    for agent in agents:
+        for key in ("score", "kl", "objective", "role", "objective/kl_coef", "ppo/loss_value"):
+            assert f"{agent}/{key}" in rows[0]
+    if algorithm == "cory":  # period 1: roles swap every iteration
+        assert [r["llm_0/role"] for r in rows] == ["pioneer", "observer", "pioneer"]
+        assert "observer/score" in rows[0] and "pioneer/kl" in rows[0]
+    sample = read_jsonl(run.path / "samples.jsonl")[0]
+    assert "query" in sample and "response" in sample["pioneer"]
+    assert (run.path / "checkpoint" / "llm_0" / "agent.pt").exists()
+    saved = yaml.safe_load((run.path / "config.yaml").read_text())
+    assert saved["algorithm"] == algorithm and saved["ppo"]["ppo_epochs"] == 2
+
+
+def test_resume_continues_exactly_like_an_uninterrupted_run(tiny_model_dir, tmp_path):
+    """3 iterations + resume to 5 give the same metrics as 5 iterations straight."""
+    straight = run_training(tiny_config(tiny_model_dir, tmp_path / "a", iterations=5,
+                                        checkpoint_every=3))
+    first = run_training(tiny_config(tiny_model_dir, tmp_path / "b", iterations=3,
+                                     checkpoint_every=3))
+    config, resume = parse_args(["--resume", str(first.path), "--iterations", "5"], "cory")
+    resumed = run_training(config, resume)
+    a = read_jsonl(straight.path / "metrics.jsonl")
+    b = read_jsonl(resumed.path / "metrics.jsonl")
+    assert [r["iteration"] for r in b] == [0, 1, 2, 3, 4]
+    for ra, rb in zip(a, b, strict=True):
+        for key in ("llm_0/score", "llm_1/score", "llm_0/kl", "llm_1/ppo/loss_policy"):
+            assert ra[key] == pytest.approx(rb[key], rel=1e-5, abs=1e-7), (ra["iteration"], key)
+
+
+def test_existing_run_folder_is_not_overwritten(tiny_model_dir, tmp_path):
+    config = tiny_config(tiny_model_dir, tmp_path / "run", iterations=2)
+    run_training(config)
+    with pytest.raises(FileExistsError, match="--resume"):
+        run_training(config)
+
+
+def test_config_precedence_and_errors(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"batch_size": 16, "ppo": {"learning_rate": 0.5}}))
+    config, _ = parse_args(["--preset", "cpu", "--config", str(path), "--iterations", "7",
+                            "--ppo_epochs", "3", "--max_new_tokens", "[3, 6]"], "ppo")
+    assert config.algorithm == "ppo" and config.n_agents == 1
+    assert config.batch_size == 16 and config.iterations == 7
+    assert config.ppo.learning_rate == 0.5 and config.ppo.ppo_epochs == 3
+    assert config.ppo.mini_batch_size == PRESETS["cpu"]["ppo"]["mini_batch_size"]
+    assert config.max_new_tokens == [3, 6]
+    config.save(tmp_path / "saved.yaml")
+    again = build_config(config_file=tmp_path / "saved.yaml", algorithm="ppo")
+    assert again == config
+    with pytest.raises(ValueError, match="unknown settings \\['batchsize'\\]"):
+        build_config(overrides={"batchsize": 3})
+    with pytest.raises(ValueError, match="unknown preset"):
+        build_config("fast")
+    with pytest.raises(ValueError, match="multiple of ppo.mini_batch_size"):
+        build_config(overrides={"batch_size": 10, "ppo": {"mini_batch_size": 4}})
