@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +261,32 @@ def build_policies(
 
 # ----------------------------------------------------------------------------- rollout
 @dataclass
+class Turn:
+    """What an agent records while it answers: its prompt, KV cache and per-token outputs."""
+
+    prompt_ids: torch.Tensor  # (B, P) left-padded, on CPU
+    prompt_mask: torch.Tensor  # (B, P)
+    mask: torch.Tensor  # attention mask so far, on the device
+    positions: torch.Tensor  # position ids of the last forward's inputs, on the device
+    cache: Any = None
+    tokens: list[torch.Tensor] = field(default_factory=list)
+    logprobs: list[torch.Tensor] = field(default_factory=list)
+    values: list[torch.Tensor] = field(default_factory=list)
+    full_logprobs: list[torch.Tensor] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, obs: dict[str, np.ndarray], device: torch.device) -> Turn:
+        """From a turn's first observation, minus columns that are padding in every row."""
+        ids = torch.as_tensor(np.asarray(obs["input_ids"]), dtype=torch.long)
+        mask = torch.as_tensor(np.asarray(obs["attention_mask"]), dtype=torch.long)
+        used = mask.any(dim=0).nonzero()
+        first = int(used[0]) if len(used) else ids.shape[1] - 1
+        ids, mask = ids[:, first:], mask[:, first:]
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        return cls(ids, mask, mask.to(device), positions.to(device))
+
+
+@dataclass
 class Episode:
     """One finished batch of games from this agent's seat (tensors on CPU)."""
 
@@ -344,7 +370,7 @@ class PPOAgent:
             warpers.append(TopPLogitsWarper(config.top_p))
         self.warpers = LogitsProcessorList(warpers)
         self.episodes: list[Episode] = []
-        self._turn: dict[str, Any] | None = None
+        self._turn: Turn | None = None
 
     @property
     def model(self) -> PolicyWithValue:
@@ -354,91 +380,57 @@ class PPOAgent:
     @torch.no_grad()
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """Sample one token per row, reusing the KV cache within a turn."""
-        model = self.model
         generated = np.asarray(obs["num_generated"])
+        if (generated == 0).all():
+            self._turn = turn = Turn.start(obs, self.device)
+            inputs, positions = turn.prompt_ids.to(self.device), turn.positions
+        else:
+            turn = self._turn
+            if turn is None or len(turn.tokens) != int(generated.max()):
+                raise RuntimeError(
+                    "act() got a mid-turn observation it did not take part in; the "
+                    "agent must act from the first token of its turn"
+                )
+            inputs = turn.tokens[-1].to(self.device)[:, None]
+            turn.mask = torch.cat([turn.mask, torch.ones_like(inputs)], dim=1)
+            positions = turn.positions = turn.positions[:, -1:] + 1
         with self.accelerator.autocast():
-            if (generated == 0).all():
-                self._turn = self._start_turn(obs)
-                turn = self._turn
-                logits, values, past = model(
-                    turn["prompt_ids"].to(self.device),
-                    turn["mask"],
-                    turn["position_ids"],
-                    use_cache=True,
-                    keep=1,
-                )
-            else:
-                turn = self._turn
-                if turn is None or len(turn["tokens"]) != int(generated.max()):
-                    raise RuntimeError(
-                        "act() got a mid-turn observation it did not take part in; the "
-                        "agent must act from the first token of its turn"
-                    )
-                last = turn["tokens"][-1].to(self.device)[:, None]
-                ones = torch.ones_like(last)
-                turn["mask"] = torch.cat([turn["mask"], ones], dim=1)
-                turn["next_pos"] = turn["next_pos"] + 1
-                logits, values, past = model(
-                    last,
-                    turn["mask"],
-                    turn["next_pos"][:, None],
-                    cache=turn["past"],
-                    use_cache=True,
-                    keep=1,
-                )
-        turn["past"] = past
+            logits, values, turn.cache = self.model(
+                inputs, turn.mask, positions, cache=turn.cache, use_cache=True, keep=1
+            )
         logits = logits[:, -1].float()
         logprobs = torch.log_softmax(logits, dim=-1)
         warped = self.warpers(None, logits.clone()) if len(self.warpers) else logits
-        probs = torch.softmax(warped, dim=-1)
-        action = torch.multinomial(probs, 1, generator=self.generator).squeeze(-1)
-        turn["tokens"].append(action.cpu())
-        turn["logprobs"].append(logprobs.gather(-1, action[:, None]).squeeze(-1).cpu())
-        turn["values"].append(values[:, -1].float().cpu())
+        action = torch.multinomial(torch.softmax(warped, dim=-1), 1, generator=self.generator)
+        action = action.squeeze(-1)
+        turn.tokens.append(action.cpu())
+        turn.logprobs.append(logprobs.gather(-1, action[:, None]).squeeze(-1).cpu())
+        turn.values.append(values[:, -1].float().cpu())
         if self.config.kl_estimator == "full":
-            turn["full_logprobs"].append(logprobs.cpu())
+            turn.full_logprobs.append(logprobs.cpu())
         return action.cpu().numpy()
-
-    def _start_turn(self, obs: dict[str, np.ndarray]) -> dict[str, Any]:
-        ids = torch.as_tensor(np.asarray(obs["input_ids"]), dtype=torch.long)
-        mask = torch.as_tensor(np.asarray(obs["attention_mask"]), dtype=torch.long)
-        used = mask.any(dim=0).nonzero()
-        first = int(used[0]) if len(used) else ids.shape[1] - 1
-        ids, mask = ids[:, first:], mask[:, first:]
-        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-        return {
-            "prompt_ids": ids,
-            "prompt_mask": mask,
-            "mask": mask.to(self.device),
-            "position_ids": position_ids.to(self.device),
-            "next_pos": position_ids[:, -1].to(self.device),
-            "tokens": [],
-            "logprobs": [],
-            "values": [],
-            "full_logprobs": [],
-        }
 
     def end_episode(
         self, obs: dict[str, np.ndarray], rewards: np.ndarray, info: dict[str, Any]
     ) -> None:
         """Close the turn: keep the tokens the game accepted and the rewards it paid."""
         turn, self._turn = self._turn, None
-        if turn is None or not turn["tokens"]:
+        if turn is None or not turn.tokens:
             raise RuntimeError("end_episode() without a turn: act() was never called this game")
         accepted = torch.as_tensor(np.asarray(obs["num_generated"]), dtype=torch.long)
-        steps = len(turn["tokens"])
+        steps = len(turn.tokens)
         mask = (torch.arange(steps)[None, :] < accepted[:, None]).long()
-        tokens = torch.stack(turn["tokens"], dim=1)
+        tokens = torch.stack(turn.tokens, dim=1)
         self.episodes.append(
             Episode(
-                prompt_ids=turn["prompt_ids"],
-                prompt_mask=turn["prompt_mask"],
+                prompt_ids=turn.prompt_ids,
+                prompt_mask=turn.prompt_mask,
                 tokens=torch.where(mask.bool(), tokens, self.pad_token_id),
                 mask=mask,
-                logprobs=torch.stack(turn["logprobs"], dim=1) * mask,
-                values=torch.stack(turn["values"], dim=1) * mask,
+                logprobs=torch.stack(turn.logprobs, dim=1) * mask,
+                values=torch.stack(turn.values, dim=1) * mask,
                 full_logprobs=(
-                    torch.stack(turn["full_logprobs"], dim=1) if turn["full_logprobs"] else None
+                    torch.stack(turn.full_logprobs, dim=1) if turn.full_logprobs else None
                 ),
                 rewards=torch.as_tensor(np.asarray(rewards), dtype=torch.float32),
             )

@@ -239,9 +239,8 @@ def test_int_budget_is_exact(tiny_tokenizer) -> None:
         order, final = play_aec(env, policy, seed=seed)
         assert seen == {"llm_0": [0, 1, 2, 3], "llm_1": [0, 1, 2, 3]}
         assert order == ["llm_0"] * 4 + ["llm_1"] * 4
-        assert final["llm_1"][2]["responses"] == {"llm_0": "good " * 3 + "good"} | {
-            "llm_1": "good good good good"
-        }
+        four = "good good good good"
+        assert final["llm_1"][2]["responses"] == {"llm_0": four, "llm_1": four}
 
 
 def test_eos_ends_turn_early(tiny_tokenizer) -> None:

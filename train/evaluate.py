@@ -1,0 +1,85 @@
+"""Play a task with a model (the base, or the agents of a finished run) and report scores.
+
+    python train/evaluate.py --task arith --batches 2             # the embedded base model
+    python train/evaluate.py --run runs/cory-imdb-...             # a run's trained agents
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+
+def evaluate(config: Any, batches: int, run_dir: Path | None = None, seed: int = 1234,
+             show: int = 3) -> dict[str, Any]:
+    """Mean task score per agent and per role over ``batches`` batches, plus sample texts."""
+    from cory_env import load_tokenizer
+    from train.loop import batch_samples, make_game, play_batch
+    from train.run import build_ppo_learners, make_accelerator
+
+    tokenizer = load_tokenizer(config.model)
+    game = make_game(config, tokenizer)
+    learners = build_ppo_learners(config, game.possible_agents, tokenizer, make_accelerator(config))
+    if run_dir is not None:
+        for agent, learner in learners.items():
+            learner.load(Path(run_dir) / "checkpoint" / agent)
+    by_agent: dict[str, list[float]] = {a: [] for a in game.possible_agents}
+    by_role: dict[str, list[float]] = {}
+    samples: list[dict[str, Any]] = []
+    for i in range(batches):
+        game.reset(seed=seed if i == 0 else None)
+        play_batch(game, learners)
+        for learner in learners.values():
+            learner.episodes.clear()  # evaluation only: nothing is learned
+        for agent, role in game.roles.items():
+            by_agent[agent].extend(game.scores[agent].tolist())
+            by_role.setdefault(role, []).extend(game.scores[agent].tolist())
+        samples.extend(batch_samples(game, show) if i == 0 else [])
+    return {
+        "task": config.task,
+        "games": batches * game.batch_size,
+        "score_by_agent": {a: float(np.mean(s)) for a, s in by_agent.items()},
+        "score_by_role": {r: float(np.mean(s)) for r, s in by_role.items()},
+        "samples": samples,
+    }
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from train.config import build_config
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run", type=Path, help="a run folder: evaluate its checkpoint")
+    parser.add_argument("--algorithm", default="cory", choices=["cory", "ppo"])
+    parser.add_argument("--task", help="task (default: the run's, else imdb)")
+    parser.add_argument("--model", help="model (default: the run's, else embedded)")
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--batches", type=int, default=2)
+    parser.add_argument("--max_new_tokens", type=yaml.safe_load)
+    parser.add_argument("--task_settings", type=yaml.safe_load, default=None)
+    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--show", type=int, default=3, help="sample exchanges to print")
+    args = parser.parse_args(argv)
+    overrides: dict[str, Any] = {"batch_size": args.batch_size}
+    overrides["ppo"] = {"mini_batch_size": args.batch_size}
+    for key in ("task", "model", "max_new_tokens", "task_settings"):
+        if getattr(args, key) is not None:
+            overrides[key] = getattr(args, key)
+    config_file = args.run / "config.yaml" if args.run else None
+    algorithm = args.algorithm
+    if config_file is not None:
+        algorithm = yaml.safe_load(config_file.read_text())["algorithm"]
+    config = build_config(config_file=config_file, overrides=overrides, algorithm=algorithm)
+    result = evaluate(config, args.batches, args.run, args.seed, args.show)
+    print(json.dumps(result, indent=2))
+    return result
+
+
+if __name__ == "__main__":
+    sys.path[0] = str(Path(__file__).resolve().parents[1])
+    main()
