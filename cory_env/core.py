@@ -46,9 +46,17 @@ class GameSettings:
     context_length: int | None = None
 
     def validate(self) -> None:
-        if not isinstance(self.n_agents, int) or self.n_agents < 1:
+        if (
+            isinstance(self.n_agents, bool)
+            or not isinstance(self.n_agents, int)
+            or self.n_agents < 1
+        ):
             raise ValueError(f"n_agents must be an integer >= 1, got {self.n_agents!r}")
-        if not isinstance(self.lam, (int, float)) or not math.isfinite(self.lam):
+        if (
+            isinstance(self.lam, bool)
+            or not isinstance(self.lam, (int, float))
+            or not math.isfinite(self.lam)
+        ):
             raise ValueError(
                 f"lam must be a finite number (1 = CORY, 0 = independent, "
                 f"-1 = zero-sum), got {self.lam!r}"
@@ -271,7 +279,7 @@ class BatchedTextGame:
             raise RuntimeError("the game is over: every agent has answered; call reset()")
         acting = self.agent_selection
         if agent is not None and agent != acting:
-            raise ValueError(f"step for agent {agent!r}, but it is {acting!r}'s turn")
+            raise ValueError(f"step for agent {agent!r}, but it is the turn of {acting!r}")
         i = self._order[self._turn]
         tokens = self._check_actions(acting, i, actions)
         rows = np.flatnonzero(self.active)

@@ -485,7 +485,7 @@ def test_finished_and_acting_agents_aec(tiny_tokenizer) -> None:
 
 
 def test_step_finished_game_and_wrong_agent(game3, tiny_tokenizer) -> None:
-    with pytest.raises(ValueError, match=r"step for agent 'llm_1', but it is 'llm_0'"):
+    with pytest.raises(ValueError, match=r"step for agent 'llm_1', but it is the turn of 'llm_0'"):
         game3.step([3, 3, 3], agent="llm_1")
     eos = tiny_tokenizer.eos_token_id
     game3.step([eos] * 3, agent="llm_0")
@@ -523,6 +523,8 @@ def test_unknown_task_and_settings(tiny_tokenizer) -> None:
         ({"max_new_tokens": 0}, r"max_new_tokens must allow at least 1 token.*got 0"),
         ({"max_new_tokens": (5, 5)}, r"max_new_tokens must allow at least 1 token.*\(5, 5\)"),
         ({"n_agents": 0}, r"n_agents must be an integer >= 1, got 0"),
+        ({"n_agents": True}, r"n_agents must be an integer >= 1, got True"),
+        ({"lam": True}, r"lam must be a finite number.*True"),
         ({"max_new_tokens": 8, "context_length": 8}, r"context_length \(8\) must exceed"),
     ],
 )

@@ -53,6 +53,10 @@ def test_run_writes_the_run_folder(tiny_model_dir, tmp_path, algorithm):
     if algorithm == "cory":  # period 1: roles swap every iteration
         assert [r["llm_0/role"] for r in rows] == ["pioneer", "observer", "pioneer"]
         assert "observer/score" in rows[0] and "pioneer/kl" in rows[0]
+    # Role exchanges keep each agent's state: the adaptive KL coefficient keeps moving
+    # from where it was instead of restarting at init_kl_coef.
+    coefs = [r["llm_0/objective/kl_coef"] for r in rows]
+    assert coefs[0] == config.ppo.init_kl_coef and coefs[1] != coefs[0] and coefs[2] != coefs[1]
     sample = read_jsonl(run.path / "samples.jsonl")[0]
     assert "query" in sample and "response" in sample["pioneer"]
     assert (run.path / "checkpoint" / "llm_0" / "agent.pt").exists()
