@@ -489,7 +489,7 @@ def test_step_finished_game_and_wrong_agent(game3, tiny_tokenizer) -> None:
         game3.step([3, 3, 3], agent="llm_1")
     eos = tiny_tokenizer.eos_token_id
     game3.step([eos] * 3, agent="llm_0")
-    with pytest.raises(ValueError, match=r"step for agent 'llm_0', but it is 'llm_1'"):
+    with pytest.raises(ValueError, match=r"step for agent 'llm_0', but it is the turn of 'llm_1'"):
         game3.step([3, 3, 3], agent="llm_0")
     game3.step([eos] * 3, agent="llm_1")
     assert game3.done

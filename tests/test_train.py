@@ -23,11 +23,21 @@ def tiny_model_dir(tmp_path_factory):
 
 def tiny_config(model_dir, run_dir, algorithm="cory", **overrides):
     values = {
-        "model": model_dir, "run_dir": str(run_dir), "batch_size": 4, "iterations": 3,
-        "max_new_tokens": [2, 5], "role_exchange_period": 1, "checkpoint_every": 2,
-        "sample_every": 1, "device": "cpu",
-        "ppo": {"mini_batch_size": 2, "gradient_accumulation_steps": 2, "ppo_epochs": 2,
-                "learning_rate": 1e-3},
+        "model": model_dir,
+        "run_dir": str(run_dir),
+        "batch_size": 4,
+        "iterations": 3,
+        "max_new_tokens": [2, 5],
+        "role_exchange_period": 1,
+        "checkpoint_every": 2,
+        "sample_every": 1,
+        "device": "cpu",
+        "ppo": {
+            "mini_batch_size": 2,
+            "gradient_accumulation_steps": 2,
+            "ppo_epochs": 2,
+            "learning_rate": 1e-3,
+        },
     }
     values.update(overrides)
     return build_config("smoke", overrides=values, algorithm=algorithm)
@@ -42,8 +52,14 @@ def test_run_writes_the_run_folder(tiny_model_dir, tmp_path, algorithm):
     config = tiny_config(tiny_model_dir, tmp_path / "run", algorithm)
     run = run_training(config)
     files = {p.name for p in run.path.iterdir()}
-    assert {"config.yaml", "metrics.jsonl", "samples.jsonl", "curves.png", "checkpoint",
-            "tensorboard"} <= files
+    assert {
+        "config.yaml",
+        "metrics.jsonl",
+        "samples.jsonl",
+        "curves.png",
+        "checkpoint",
+        "tensorboard",
+    } <= files
     rows = read_jsonl(run.path / "metrics.jsonl")
     assert [r["iteration"] for r in rows] == [0, 1, 2]
     agents = ["llm_0", "llm_1"] if algorithm == "cory" else ["llm_0"]
@@ -66,10 +82,12 @@ def test_run_writes_the_run_folder(tiny_model_dir, tmp_path, algorithm):
 
 def test_resume_continues_exactly_like_an_uninterrupted_run(tiny_model_dir, tmp_path):
     """3 iterations + resume to 5 give the same metrics as 5 iterations straight."""
-    straight = run_training(tiny_config(tiny_model_dir, tmp_path / "a", iterations=5,
-                                        checkpoint_every=3))
-    first = run_training(tiny_config(tiny_model_dir, tmp_path / "b", iterations=3,
-                                     checkpoint_every=3))
+    straight = run_training(
+        tiny_config(tiny_model_dir, tmp_path / "a", iterations=5, checkpoint_every=3)
+    )
+    first = run_training(
+        tiny_config(tiny_model_dir, tmp_path / "b", iterations=3, checkpoint_every=3)
+    )
     config, resume = parse_args(["--resume", str(first.path), "--iterations", "5"], "cory")
     resumed = run_training(config, resume)
     a = read_jsonl(straight.path / "metrics.jsonl")
@@ -90,8 +108,21 @@ def test_existing_run_folder_is_not_overwritten(tiny_model_dir, tmp_path):
 def test_config_precedence_and_errors(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({"batch_size": 16, "ppo": {"learning_rate": 0.5}}))
-    config, _ = parse_args(["--preset", "cpu", "--config", str(path), "--iterations", "7",
-                            "--ppo_epochs", "3", "--max_new_tokens", "[3, 6]"], "ppo")
+    config, _ = parse_args(
+        [
+            "--preset",
+            "cpu",
+            "--config",
+            str(path),
+            "--iterations",
+            "7",
+            "--ppo_epochs",
+            "3",
+            "--max_new_tokens",
+            "[3, 6]",
+        ],
+        "ppo",
+    )
     assert config.algorithm == "ppo" and config.n_agents == 1
     assert config.batch_size == 16 and config.iterations == 7
     assert config.ppo.learning_rate == 0.5 and config.ppo.ppo_epochs == 3
