@@ -137,3 +137,11 @@ def test_config_precedence_and_errors(tmp_path):
         build_config("fast")
     with pytest.raises(ValueError, match="multiple of ppo.mini_batch_size"):
         build_config(overrides={"batch_size": 10, "ppo": {"mini_batch_size": 4}})
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+@pytest.mark.parametrize("algorithm", ["cory", "ppo"])
+def test_every_preset_is_a_valid_config(preset, algorithm):
+    config = build_config(preset, algorithm=algorithm)
+    assert config.n_agents == (2 if algorithm == "cory" else 1)
+    assert config.batch_size % config.ppo.mini_batch_size == 0
