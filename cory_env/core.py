@@ -204,6 +204,11 @@ class BatchedTextGame:
         return [(i - shift) % self.n_agents for i in range(self.n_agents)]
 
     @property
+    def agents_by_role(self) -> list[str]:
+        """This episode's agents in role order: the pioneer first."""
+        return [self.possible_agents[i] for i in self._order]
+
+    @property
     def roles(self) -> dict[str, str]:
         return {
             a: role_name(r, self.n_agents)
@@ -249,7 +254,7 @@ class BatchedTextGame:
     def _start_turn(self) -> None:
         i = self._order[self._turn]
         role = self._turn
-        earlier = [self.responses[self.possible_agents[j]] for j in self._order[:role]]
+        earlier = [self.responses[agent] for agent in self.agents_by_role[:role]]
         prompts = [
             self.task.prompt(role, q, [answers[b] for answers in earlier])
             for b, q in enumerate(self.queries)

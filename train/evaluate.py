@@ -1,7 +1,7 @@
 """Play a task with a model (the base, or the agents of a finished run) and report scores.
 
-    python train/evaluate.py --task arith --batches 2             # the embedded base model
-    python train/evaluate.py --run runs/cory-imdb-...             # a run's trained agents
+python train/evaluate.py --task arith --batches 2             # the embedded base model
+python train/evaluate.py --run runs/cory-imdb-...             # a run's trained agents
 """
 
 from __future__ import annotations
@@ -16,8 +16,9 @@ import numpy as np
 import yaml
 
 
-def evaluate(config: Any, batches: int, run_dir: Path | None = None, seed: int = 1234,
-             show: int = 3) -> dict[str, Any]:
+def evaluate(
+    config: Any, batches: int, run_dir: Path | None = None, seed: int = 1234, show: int = 3
+) -> dict[str, Any]:
     """Mean task score per agent and per role over ``batches`` batches, plus sample texts."""
     from cory_env import load_tokenizer
     from train.loop import batch_samples, make_game, play_batch

@@ -174,15 +174,12 @@ def iteration_metrics(
 
 
 def batch_samples(game: BatchedTextGame, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` games of the batch: query, then each role's answer, score and reward."""
     roles = game.roles
-    by_role = sorted(
-        game.possible_agents,
-        key=lambda a: game.roles_for_episode(game.episode)[game.possible_agents.index(a)],
-    )
     out = []
     for b in range(min(n, game.batch_size)):
         sample: dict[str, Any] = {"query": game.queries[b].text}
-        for agent in by_role:
+        for agent in game.agents_by_role:
             sample[roles[agent]] = {
                 "agent": agent,
                 "response": game.responses[agent][b],
