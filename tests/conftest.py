@@ -52,6 +52,25 @@ def make_tiny_lm(vocab_size: int, seed: int = 0):
     return LlamaForCausalLM(config).eval()
 
 
+def make_tiny_gpt2(vocab_size: int, seed: int = 0):
+    """GPT-2 architecture (absolute positions), as in the paper's IMDB setting."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=vocab_size,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        n_positions=128,
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=1,
+    )
+    return GPT2LMHeadModel(config).eval()
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     return make_tiny_tokenizer()

@@ -8,6 +8,7 @@ import torch
 
 import cory_env
 from agents.ppo import PPOAgent, PPOConfig, build_policies
+from tests.conftest import make_tiny_gpt2, make_tiny_lm
 from train.loop import play_batch
 
 
@@ -34,12 +35,14 @@ def make_agents(tokenizer, lm, n_agents, config, lora=None):
     }
 
 
-def test_recorded_logprobs_and_values_match_a_full_forward(tiny_tokenizer, tiny_lm):
+@pytest.mark.parametrize("architecture", ["llama", "gpt2"])
+def test_recorded_logprobs_and_values_match_a_full_forward(tiny_tokenizer, architecture):
     """The KV-cached acting pass must agree with the batched training forward (ratio = 1)."""
     game = cory_env.batched_game(
         target_task(tiny_tokenizer), batch_size=6, n_agents=1, tokenizer=tiny_tokenizer
     )
-    agents = make_agents(tiny_tokenizer, tiny_lm, 1, PPOConfig())
+    make = make_tiny_lm if architecture == "llama" else make_tiny_gpt2
+    agents = make_agents(tiny_tokenizer, make(len(tiny_tokenizer)), 1, PPOConfig())
     game.reset(seed=3)
     play_batch(game, agents)
     agent = agents["llm_0"]
