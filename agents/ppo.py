@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -224,12 +225,9 @@ class Reference:
         keep: int = 0,
     ) -> torch.Tensor:
         """Logits of the last ``keep`` positions (0 = all)."""
-        if self.adapters_disabled:
-            with self.lm.disable_adapter():
-                return lm_forward(
-                    self.lm, input_ids, attention_mask, position_ids, keep=keep
-                ).logits
-        return lm_forward(self.lm, input_ids, attention_mask, position_ids, keep=keep).logits
+        base_only = self.lm.disable_adapter() if self.adapters_disabled else nullcontext()
+        with base_only:
+            return lm_forward(self.lm, input_ids, attention_mask, position_ids, keep=keep).logits
 
 
 def build_policies(

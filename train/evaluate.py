@@ -20,13 +20,10 @@ def evaluate(
     config: Any, batches: int, run_dir: Path | None = None, seed: int = 1234, show: int = 3
 ) -> dict[str, Any]:
     """Mean task score per agent and per role over ``batches`` batches, plus sample texts."""
-    from cory_env import load_tokenizer
-    from train.loop import batch_samples, make_game, play_batch
-    from train.run import build_ppo_learners, make_accelerator
+    from train.loop import batch_samples, play_batch
+    from train.run import build_game_and_learners
 
-    tokenizer = load_tokenizer(config.model)
-    game = make_game(config, tokenizer)
-    learners = build_ppo_learners(config, game.possible_agents, tokenizer, make_accelerator(config))
+    game, learners = build_game_and_learners(config)
     if run_dir is not None:
         for agent, learner in learners.items():
             learner.load(Path(run_dir) / "checkpoint" / agent)

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from agents.ppo import PPOAgent, build_policies
-from cory_env import load_causal_lm, load_tokenizer
+from cory_env import BatchedTextGame, load_causal_lm, load_tokenizer
 from train.config import TrainConfig, parse_args
 from train.loop import RunDirectory, make_game, train
 
@@ -62,7 +62,8 @@ def default_run_dir(config: TrainConfig) -> Path:
     return Path("runs") / f"{config.algorithm}-{config.task}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDirectory:
+def build_game_and_learners(config: TrainConfig) -> tuple[BatchedTextGame, dict[str, PPOAgent]]:
+    """The seeded game and its PPO learners, as training and evaluation both need them."""
     from accelerate.utils import set_seed
 
     set_seed(config.seed)
@@ -70,11 +71,16 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
     tokenizer = load_tokenizer(config.model)
     game = make_game(config, tokenizer)
     learners = build_ppo_learners(config, game.possible_agents, tokenizer, accelerator)
+    return game, learners
+
+
+def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDirectory:
     run_path = Path(resume_dir or config.run_dir or default_run_dir(config))
     if resume_dir is None and (run_path / "checkpoint").exists():
         raise FileExistsError(
             f"{run_path} already holds a run; pick a new --run_dir or continue it with --resume"
         )
+    game, learners = build_game_and_learners(config)
     run = train(config, learners, game, run_path, resume=resume_dir is not None)
     print(f"run folder: {run.path}  (metrics.jsonl, samples.jsonl, curves.png, checkpoint/)")
     return run
