@@ -1,0 +1,103 @@
+"""One set of setting checks, one message style, for the game, the tasks and the training config.
+
+Every check returns the value in its canonical type or raises :class:`SettingError` with
+``"<where>: <name> must be <what>, got <value>"``, so a bad setting fails before any work
+and says what was wrong. ``bool`` is never accepted where a number is meant (``True`` is
+an ``int`` to Python, but ``role_exchange_period=True`` is a mistake, not a 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from numbers import Integral, Real
+from typing import Any
+
+
+class SettingError(ValueError):
+    """A setting has the wrong type or range; the message names it and the value."""
+
+
+def fail(name: str, what: str, value: Any, where: str = "", hint: str = "") -> SettingError:
+    prefix = f"{where}: " if where else ""
+    tail = f" ({hint})" if hint else ""
+    return SettingError(f"{prefix}{name} must be {what}, got {value!r}{tail}")
+
+
+def _bounds(minimum: float | None, maximum: float | None, exclusive_min: bool) -> str:
+    parts = []
+    if minimum is not None:
+        parts.append(f"{'>' if exclusive_min else '>='} {minimum:g}")
+    if maximum is not None:
+        parts.append(f"<= {maximum:g}")
+    return " and ".join(parts)
+
+
+def integer(
+    value: Any,
+    name: str,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    where: str = "",
+    hint: str = "",
+) -> int:
+    """An integer (an integral float such as ``1e3`` is accepted as 1000) within bounds."""
+    what = "an integer" + (f" {_bounds(minimum, maximum, False)}" if minimum or maximum else "")
+    if minimum == 0 and maximum is None:
+        what = "an integer >= 0"
+    if isinstance(value, bool):
+        raise fail(name, what, value, where, hint)
+    if isinstance(value, Integral):
+        out = int(value)
+    elif isinstance(value, Real) and math.isfinite(value) and float(value).is_integer():
+        out = int(value)
+    else:
+        raise fail(name, what, value, where, hint)
+    if (minimum is not None and out < minimum) or (maximum is not None and out > maximum):
+        raise fail(name, what, value, where, hint)
+    return out
+
+
+def number(
+    value: Any,
+    name: str,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_min: bool = False,
+    where: str = "",
+    hint: str = "",
+) -> float:
+    """A finite real number within bounds (``exclusive_min``: strictly above ``minimum``)."""
+    bounds = _bounds(minimum, maximum, exclusive_min)
+    what = "a finite number" + (f" {bounds}" if bounds else "")
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        raise fail(name, what, value, where, hint)
+    out = float(value)
+    too_low = minimum is not None and (out <= minimum if exclusive_min else out < minimum)
+    if too_low or (maximum is not None and out > maximum):
+        raise fail(name, what, value, where, hint)
+    return out
+
+
+def boolean(value: Any, name: str, *, where: str = "", hint: str = "") -> bool:
+    """``True`` or ``False`` only: ``1`` or ``"yes"`` are refused, not guessed at."""
+    if not isinstance(value, bool):
+        raise fail(name, "true or false", value, where, hint)
+    return value
+
+
+def choice(value: Any, name: str, choices: Iterable[Any], *, where: str = "") -> Any:
+    """One of ``choices``."""
+    options = list(choices)
+    if isinstance(value, bool) or value not in options:
+        raise fail(name, f"one of {options}", value, where)
+    return value
+
+
+def text(value: Any, name: str, *, where: str = "", hint: str = "") -> str:
+    """A non-empty string."""
+    if not isinstance(value, str) or not value:
+        raise fail(name, "a non-empty string", value, where, hint)
+    return value
