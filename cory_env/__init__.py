@@ -11,10 +11,17 @@ from typing import Any
 
 from cory_env.aec import TextGameEnv
 from cory_env.core import GAME_SETTINGS, BatchedTextGame, GameSettings, role_name
-from cory_env.models import EMBEDDED, load_causal_lm, load_tokenizer
+from cory_env.models import (
+    EMBEDDED,
+    ensure_pad_token,
+    load_causal_lm,
+    load_tokenizer,
+    pad_token_id,
+)
+from cory_env.query import Query
 from cory_env.tasks import (
-    Query,
     Task,
+    TaskFunctionError,
     available_tasks,
     custom_task,
     make_task,
@@ -47,13 +54,16 @@ __all__ = [
     "GameSettings",
     "Query",
     "Task",
+    "TaskFunctionError",
     "TextGameEnv",
     "available_tasks",
     "batched_game",
     "custom_task",
+    "ensure_pad_token",
     "load_causal_lm",
     "load_tokenizer",
     "make_task",
+    "pad_token_id",
     "register_task",
     "role_name",
     "text_game",

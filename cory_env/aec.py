@@ -35,6 +35,17 @@ class TextGameEnv(AECEnv):
         self.render_mode = render_mode
         self.possible_agents = list(game.possible_agents)
         self.agents: list[str] = []
+        self._has_reset = False
+
+    def _require(self, what: str, *, live: bool = False) -> None:
+        """A clear error where PettingZoo's defaults would raise KeyError or AttributeError."""
+        if not self._has_reset:
+            raise RuntimeError(f"call reset() before {what}: no game has started")
+        if live and not self.agents:
+            raise RuntimeError(
+                f"the game is over: every agent has finished and stepped with None; call "
+                f"reset() before {what}"
+            )
 
     def observation_space(self, agent: str):  # noqa: D102 - same object every call
         return self.game.observation_space(agent)
@@ -44,6 +55,7 @@ class TextGameEnv(AECEnv):
 
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         self.game.reset(seed=seed, options=options)
+        self._has_reset = True
         self.agents = list(self.possible_agents)
         self.rewards = {a: 0.0 for a in self.agents}
         self._cumulative_rewards = {a: 0.0 for a in self.agents}
@@ -53,6 +65,7 @@ class TextGameEnv(AECEnv):
         self.agent_selection = self.game.agent_selection
 
     def observe(self, agent: str) -> dict[str, Any]:
+        self._require("observe()")
         batched = self.game.observe(agent)
         return {
             "input_ids": batched["input_ids"][0],
@@ -73,7 +86,12 @@ class TextGameEnv(AECEnv):
             "scores": {a: float(s[0]) for a, s in info["scores"].items()},
         }
 
+    def last(self, observe: bool = True) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        self._require("last()", live=True)
+        return super().last(observe)
+
     def step(self, action: Any) -> None:
+        self._require("step()", live=True)
         agent = self.agent_selection
         if self.terminations[agent] or self.truncations[agent]:
             if action is not None:
@@ -104,6 +122,7 @@ class TextGameEnv(AECEnv):
             self.render()
 
     def render(self) -> str | None:
+        self._require("render()")
         info = self._info(self.agent_selection)
         lines = [f"query: {info['query']!r}"]
         for a, text in info["responses"].items():

@@ -19,17 +19,22 @@ class SettingError(ValueError):
 
 
 def fail(name: str, what: str, value: Any, where: str = "", hint: str = "") -> SettingError:
+    """The error for a bad setting, in the one message style (returned, for ``raise``)."""
     prefix = f"{where}: " if where else ""
     tail = f" ({hint})" if hint else ""
     return SettingError(f"{prefix}{name} must be {what}, got {value!r}{tail}")
 
 
+def _fmt(x: float) -> str:
+    return str(x) if isinstance(x, Integral) else f"{x:g}"
+
+
 def _bounds(minimum: float | None, maximum: float | None, exclusive_min: bool) -> str:
     parts = []
     if minimum is not None:
-        parts.append(f"{'>' if exclusive_min else '>='} {minimum:g}")
+        parts.append(f"{'>' if exclusive_min else '>='} {_fmt(minimum)}")
     if maximum is not None:
-        parts.append(f"<= {maximum:g}")
+        parts.append(f"<= {_fmt(maximum)}")
     return " and ".join(parts)
 
 
@@ -43,9 +48,8 @@ def integer(
     hint: str = "",
 ) -> int:
     """An integer (an integral float such as ``1e3`` is accepted as 1000) within bounds."""
-    what = "an integer" + (f" {_bounds(minimum, maximum, False)}" if minimum or maximum else "")
-    if minimum == 0 and maximum is None:
-        what = "an integer >= 0"
+    bounds = _bounds(minimum, maximum, False)
+    what = "an integer" + (f" {bounds}" if bounds else "")
     if isinstance(value, bool):
         raise fail(name, what, value, where, hint)
     if isinstance(value, Integral):

@@ -13,7 +13,6 @@ ended. When the last role finishes, each answer is scored by the task's reward f
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,8 +22,10 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import seeding
 
-from cory_env.models import EMBEDDED, load_tokenizer
-from cory_env.tasks import Query, Task, make_task, task_takes
+from cory_env import checks
+from cory_env.models import EMBEDDED, load_tokenizer, pad_token_id
+from cory_env.query import Query
+from cory_env.tasks import Task, make_task, task_needs_tokenizer
 from cory_env.tasks.base import budget_range
 
 
@@ -46,34 +47,44 @@ class GameSettings:
     context_length: int | None = None
 
     def validate(self) -> None:
-        if (
-            isinstance(self.n_agents, bool)
-            or not isinstance(self.n_agents, int)
-            or self.n_agents < 1
-        ):
-            raise ValueError(f"n_agents must be an integer >= 1, got {self.n_agents!r}")
-        if (
-            isinstance(self.lam, bool)
-            or not isinstance(self.lam, (int, float))
-            or not math.isfinite(self.lam)
-        ):
-            raise ValueError(
-                f"lam must be a finite number (1 = CORY, 0 = independent, "
-                f"-1 = zero-sum), got {self.lam!r}"
+        """Refuse bad values (and bools where numbers are meant) before any work is done.
+
+        Valid values are stored in their canonical type (``n_agents=2.0`` becomes ``2``).
+        """
+        where = "game"
+        canonical = {
+            "n_agents": checks.integer(self.n_agents, "n_agents", minimum=1, where=where),
+            "lam": checks.number(
+                self.lam, "lam", where=where, hint="1 = CORY, 0 = independent, -1 = zero-sum"
+            ),
+            "role_exchange_period": checks.integer(
+                self.role_exchange_period,
+                "role_exchange_period",
+                minimum=1,
+                where=where,
+                hint="episodes between role exchanges",
+            ),
+        }
+        if self.context_length is not None:
+            canonical["context_length"] = checks.integer(
+                self.context_length, "context_length", minimum=2, where=where
             )
-        if not isinstance(self.role_exchange_period, int) or self.role_exchange_period < 1:
-            raise ValueError(
-                f"role_exchange_period must be an integer >= 1 (episodes between role "
-                f"exchanges), got {self.role_exchange_period!r}"
-            )
-        if self.context_length is not None and (
-            not isinstance(self.context_length, int) or self.context_length < 2
-        ):
-            raise ValueError(f"context_length must be an integer >= 2, got {self.context_length!r}")
-        budget_range(self.max_new_tokens if self.max_new_tokens is not None else 1)
+        if self.max_new_tokens is not None:
+            budget_range(self.max_new_tokens, where)
+        for name, value in canonical.items():
+            object.__setattr__(self, name, value)  # frozen: set once, here
 
 
 GAME_SETTINGS = tuple(GameSettings.__dataclass_fields__)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` with numpy scalars made Python ints (JSON has no numpy types)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
 
 
 def split_settings(settings: Mapping[str, Any]) -> tuple[GameSettings, dict[str, Any]]:
@@ -108,8 +119,12 @@ class BatchedTextGame:
     ) -> None:
         game_settings, task_settings = split_settings(settings)
         game_settings.validate()
-        if not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be an integer >= 1, got {batch_size!r}")
+        batch_size = checks.integer(batch_size, "batch_size", minimum=1, where="game")
+        if not isinstance(task, (str, Task)):
+            raise TypeError(
+                f"game: task must be a registered task name or a Task, got "
+                f"{type(task).__name__} {task!r}"
+            )
         self.settings = game_settings
         self.n_agents = game_settings.n_agents
         self.possible_agents = [f"llm_{i}" for i in range(self.n_agents)]
@@ -122,7 +137,7 @@ class BatchedTextGame:
                 )
             self.task = task
         else:
-            if "tokenizer" not in task_settings and task_takes(task, "tokenizer"):
+            if "tokenizer" not in task_settings and task_needs_tokenizer(task):
                 # Queries cut "to the first k tokens" are cut with the pioneer seat's tokenizer.
                 task_settings["tokenizer"] = self.tokenizers[0]
             self.task = make_task(task, **task_settings)
@@ -139,10 +154,7 @@ class BatchedTextGame:
                 f"({self.budget_high}) so that a prompt fits"
             )
         self._eos = [tok.eos_token_id for tok in self.tokenizers]
-        self._pad = [
-            tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-            for tok in self.tokenizers
-        ]
+        self._pad = [pad_token_id(tok) for tok in self.tokenizers]
         self._vocab = [len(tok) for tok in self.tokenizers]
         self._observation_spaces = {
             agent: spaces.Dict(
@@ -184,7 +196,19 @@ class BatchedTextGame:
             items = [tokenizer[a] for a in self.possible_agents]
         else:
             items = [tokenizer] * self.n_agents
-        return [load_tokenizer(t) if isinstance(t, str) else t for t in items]
+        loaded = [load_tokenizer(t) if isinstance(t, str) else t for t in items]
+        for agent, tok in zip(self.possible_agents, loaded, strict=True):
+            missing = [
+                name
+                for name in ("__call__", "__len__", "batch_decode", "eos_token_id")
+                if not hasattr(tok, name)
+            ]
+            if missing:
+                raise TypeError(
+                    f"game: the tokenizer for {agent} must be a Hugging Face tokenizer or a "
+                    f"model name/path, got {type(tok).__name__} (it lacks {missing})"
+                )
+        return loaded
 
     def observation_space(self, agent: str) -> spaces.Dict:
         return self._observation_spaces[self._check_agent(agent)]
@@ -203,25 +227,82 @@ class BatchedTextGame:
         shift = (episode // self.settings.role_exchange_period) % self.n_agents
         return [(i - shift) % self.n_agents for i in range(self.n_agents)]
 
+    def _require_started(self, what: str) -> None:
+        if not self._started:
+            raise RuntimeError(f"call reset() before {what}: no episode has started")
+
     @property
     def agents_by_role(self) -> list[str]:
         """This episode's agents in role order: the pioneer first."""
+        self._require_started("agents_by_role")
         return [self.possible_agents[i] for i in self._order]
 
     @property
     def roles(self) -> dict[str, str]:
+        """Each agent's role name in this episode."""
+        self._require_started("roles")
         return {
             a: role_name(r, self.n_agents)
             for a, r in zip(self.possible_agents, self._role_of, strict=False)
         }
 
+    # ----------------------------------------------------------------- state
+    STATE_KEYS = ("next_episode", "rng")
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs to continue this game's episodes exactly: the number of
+        the next episode (it sets the roles) and the RNG that draws queries and budgets.
+
+        Plain ints, strings and dicts only, so that it can be stored as JSON.
+        """
+        return {
+            "next_episode": int(self.next_episode),
+            "rng": _plain(self.np_random.bit_generator.state),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from :meth:`state_dict`: the next ``reset()`` plays what it would have."""
+
+        def invalid(why: str) -> ValueError:
+            return ValueError(f"the game state is not valid: {why}")
+
+        if not isinstance(state, Mapping):
+            raise invalid(f"expected a dict with keys {list(self.STATE_KEYS)}, got {state!r}")
+        missing = [k for k in self.STATE_KEYS if k not in state]
+        unknown = sorted(str(k) for k in state if k not in self.STATE_KEYS)
+        if missing or unknown:
+            raise invalid(f"missing keys {missing}, unknown keys {unknown}")
+        try:
+            episode = checks.integer(state["next_episode"], "next_episode", minimum=0)
+        except checks.SettingError as err:
+            raise invalid(str(err)) from None
+        rng_state = state["rng"]
+        kind = type(self.np_random.bit_generator).__name__
+        if not isinstance(rng_state, Mapping) or rng_state.get("bit_generator") != kind:
+            raise invalid(f"'rng' must be the state of a {kind} generator, got {rng_state!r}")
+        generator = np.random.Generator(type(self.np_random.bit_generator)())
+        try:
+            generator.bit_generator.state = dict(rng_state)
+        except (TypeError, ValueError, KeyError) as err:
+            raise invalid(f"'rng' is not a {kind} state ({err!r})") from None
+        self.np_random = generator
+        self.next_episode = episode
+
     # ----------------------------------------------------------------- reset / step
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
-        """Start a new batch of games: draw B queries and a token budget, seat the pioneer."""
+        """Start a new batch of games: draw B queries and a token budget, seat the pioneer.
+
+        ``options={"episode": n}`` plays episode ``n`` (which sets the roles).
+        """
+        # Other options are ignored, as PettingZoo's api_test expects of an env.
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError(f"reset: options must be a dict, got {type(options).__name__}")
         if seed is not None:
             self.np_random, _ = seeding.np_random(seed)
         if options and "episode" in options:
-            self.next_episode = int(options["episode"])
+            self.next_episode = checks.integer(
+                options["episode"], "episode", minimum=0, where="reset options"
+            )
         self.episode, self.next_episode = self.next_episode, self.next_episode + 1
         self._started = True
         n, B, L = self.n_agents, self.batch_size, self.context_length
@@ -244,11 +325,14 @@ class BatchedTextGame:
 
     @property
     def done(self) -> bool:
+        """Whether every agent has answered (the rewards are then set)."""
+        self._require_started("done")
         return self._turn >= self.n_agents
 
     @property
     def agent_selection(self) -> str:
         """The acting agent (the last agent once the game is done)."""
+        self._require_started("agent_selection")
         return self.possible_agents[self._order[min(self._turn, self.n_agents - 1)]]
 
     def _start_turn(self) -> None:
@@ -278,8 +362,7 @@ class BatchedTextGame:
 
     def step(self, actions: Any, agent: str | None = None) -> None:
         """Append one token per row for the acting agent; ``agent`` asserts whose turn it is."""
-        if not self._started:
-            raise RuntimeError("call reset() before step()")
+        self._require_started("step()")
         if self.done:
             raise RuntimeError("the game is over: every agent has answered; call reset()")
         acting = self.agent_selection
@@ -353,6 +436,7 @@ class BatchedTextGame:
     def observe(self, agent: str) -> dict[str, np.ndarray]:
         """Left-padded context of ``agent`` (its prompt and its tokens so far), batched."""
         i = self.possible_agents.index(self._check_agent(agent))
+        self._require_started("observe()")
         L = self.context_length
         length = self._length[i]
         idx = np.arange(L)[None, :] + length[:, None] - L
@@ -369,6 +453,7 @@ class BatchedTextGame:
     def info(self, agent: str) -> dict[str, Any]:
         """What a learner or a log wants besides the observation: texts, roles, scores."""
         i = self.possible_agents.index(self._check_agent(agent))
+        self._require_started("info()")
         return {
             "role": role_name(self._role_of[i], self.n_agents),
             "roles": self.roles,

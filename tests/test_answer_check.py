@@ -9,7 +9,7 @@ from importlib import resources
 
 import pytest
 
-from cory_env.tasks.answer_check import answers_match, extract_answer, gold_answer, score_answers
+from cory_env.answer_check import answers_match, extract_answer, gold_answer, score_answers
 
 
 @pytest.mark.parametrize(

@@ -520,8 +520,11 @@ def test_unknown_task_and_settings(tiny_tokenizer) -> None:
         ({"lam": math.nan}, r"lam must be a finite number.*nan"),
         ({"lam": math.inf}, r"lam must be a finite number.*inf"),
         ({"role_exchange_period": 0}, r"role_exchange_period must be an integer >= 1.*got 0"),
-        ({"max_new_tokens": 0}, r"max_new_tokens must allow at least 1 token.*got 0"),
-        ({"max_new_tokens": (5, 5)}, r"max_new_tokens must allow at least 1 token.*\(5, 5\)"),
+        (
+            {"max_new_tokens": 0},
+            r"max_new_tokens must be an integer >= 1 or a \(low, high\).*got 0",
+        ),
+        ({"max_new_tokens": (5, 5)}, r"max_new_tokens must be .* 1 <= low < high, got \(5, 5\)"),
         ({"n_agents": 0}, r"n_agents must be an integer >= 1, got 0"),
         ({"n_agents": True}, r"n_agents must be an integer >= 1, got True"),
         ({"lam": True}, r"lam must be a finite number.*True"),

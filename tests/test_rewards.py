@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from cory_env.query import Query
 from cory_env.rewards import (
     DEFAULT_SENTIMENT_MODEL,
     AnswerCheckReward,
@@ -15,15 +16,18 @@ from cory_env.rewards import (
     VaderSentimentReward,
     make_reward,
 )
-from cory_env.tasks.base import Query
 
 WORDS = "this movie was great terrible good bad fun boring i loved hated it and the".split()
 
 
-def _save_tiny_classifier(path: Path, id2label: dict[int, str]) -> Path:
-    """A randomly initialised 1-layer DistilBert classifier and a word-level tokenizer."""
+def _save_tiny_classifier(
+    path: Path, id2label: dict[int, str], architecture: str = "distilbert"
+) -> Path:
+    """A randomly initialised 1-layer classifier and a word-level tokenizer, saved offline."""
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import (
+        BertConfig,
+        BertForSequenceClassification,
         DistilBertConfig,
         DistilBertForSequenceClassification,
         PreTrainedTokenizerFast,
@@ -35,28 +39,57 @@ def _save_tiny_classifier(path: Path, id2label: dict[int, str]) -> Path:
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=core, unk_token="[UNK]", pad_token="[PAD]", model_max_length=16
     )
-    config = DistilBertConfig(
-        vocab_size=len(vocab),
-        dim=16,
-        hidden_dim=32,
-        n_layers=1,
-        n_heads=2,
-        max_position_embeddings=16,
-        id2label=id2label,
-        label2id={v: k for k, v in id2label.items()},
-        pad_token_id=0,
-    )
+    labels = {"id2label": id2label, "label2id": {v: k for k, v in id2label.items()}}
     torch.manual_seed(0)
-    model = DistilBertForSequenceClassification(config).eval()
+    if architecture == "bert":
+        config = BertConfig(
+            vocab_size=len(vocab),
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            max_position_embeddings=16,
+            pad_token_id=0,
+            **labels,
+        )
+        model = BertForSequenceClassification(config).eval()
+    else:
+        config = DistilBertConfig(
+            vocab_size=len(vocab),
+            dim=16,
+            hidden_dim=32,
+            n_layers=1,
+            n_heads=2,
+            max_position_embeddings=16,
+            pad_token_id=0,
+            **labels,
+        )
+        model = DistilBertForSequenceClassification(config).eval()
     tokenizer.save_pretrained(path)
     model.save_pretrained(path)
     return path
 
 
-@pytest.fixture(scope="module")
-def tiny_classifier(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("tiny_distilbert")
-    return _save_tiny_classifier(path, {0: "NEGATIVE", 1: "POSITIVE"})
+def _logits(path: Path, texts: list[str]) -> torch.Tensor:
+    """The saved model's own logits, one text at a time (no padding, no pipeline)."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForSequenceClassification.from_pretrained(path).eval()
+    rows = []
+    for text in texts:
+        inputs = tokenizer(text, return_tensors="pt", truncation=True)
+        with torch.no_grad():
+            rows.append(model(**inputs).logits[0])
+    return torch.stack(rows)
+
+
+@pytest.fixture(scope="module", params=["distilbert", "bert"])
+def tiny_classifier(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    path = tmp_path_factory.mktemp(f"tiny_{request.param}")
+    return _save_tiny_classifier(path, {0: "NEGATIVE", 1: "POSITIVE"}, request.param)
 
 
 def test_vader_scores_query_plus_response() -> None:
@@ -79,36 +112,35 @@ def test_rewards_check_batch_lengths() -> None:
 
 
 def test_classifier_is_positive_logit_of_query_plus_response(tiny_classifier: Path) -> None:
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
     queries = [Query("this movie was"), Query("i"), Query("the"), Query("it was")]
     responses = [" great fun", " hated it and it was boring", " good", " bad bad bad"]
     reward = ClassifierSentimentReward(model=str(tiny_classifier), device="cpu", batch_size=3)
+    assert reward._pipe is None  # nothing is loaded until the reward is needed
     scores = reward(queries, responses)
     assert len(scores) == 4 and all(isinstance(s, float) for s in scores)
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_classifier)
-    model = AutoModelForSequenceClassification.from_pretrained(tiny_classifier).eval()
-    for query, response, score in zip(queries, responses, scores, strict=True):
-        ids = tokenizer(query.text + response, return_tensors="pt")["input_ids"]
-        with torch.no_grad():
-            expected = model(input_ids=ids).logits[0, 1].item()  # index of POSITIVE
-        assert math.isclose(score, expected, rel_tol=1e-4, abs_tol=1e-5)
+    texts = [q.text + r for q, r in zip(queries, responses, strict=True)]
+    expected = _logits(tiny_classifier, texts)[:, 1].tolist()  # index of POSITIVE, raw logit
+    for score, logit in zip(scores, expected, strict=True):
+        assert math.isclose(score, logit, rel_tol=1e-4, abs_tol=1e-5)
+    assert reward([], []) == []
 
 
 def test_classifier_truncates_long_texts(tiny_classifier: Path) -> None:
     reward = ClassifierSentimentReward(model=str(tiny_classifier), device="cpu")
     long_response = " great" * 100  # far past the 16 positions of the tiny model
-    assert len(reward([Query("it was")], [long_response])) == 1
+    (score,) = reward([Query("it was")], [long_response])
+    expected = _logits(tiny_classifier, ["it was" + long_response])[0, 1].item()
+    assert math.isclose(score, expected, rel_tol=1e-4, abs_tol=1e-5)
 
 
 def test_classifier_label_lookup(tmp_path: Path) -> None:
     path = _save_tiny_classifier(tmp_path / "m", {0: "positive", 1: "negative"})
     reward = ClassifierSentimentReward(model=str(path), device="cpu")
-    reward([Query("it")], [" was good"])
-    assert reward._positive_index == 0  # case-insensitive match on "POSITIVE"
+    (score,) = reward([Query("it")], [" was good"])
+    expected = _logits(path, ["it was good"])[0, 0].item()  # case-insensitive "POSITIVE"
+    assert math.isclose(score, expected, rel_tol=1e-4, abs_tol=1e-5)
     wrong = ClassifierSentimentReward(model=str(path), positive_label="joy", device="cpu")
-    with pytest.raises(ValueError, match="no label 'joy'.*negative"):
+    with pytest.raises(ValueError, match=r"no label 'joy'; its labels are \[.*'negative'"):
         wrong([Query("it")], [" was good"])
 
 
@@ -145,6 +177,15 @@ def test_make_reward() -> None:
         make_reward("sentiment")
 
 
-def test_classifier_batch_size_validated() -> None:
-    with pytest.raises(ValueError, match="batch_size"):
-        ClassifierSentimentReward(batch_size=0)
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"batch_size": 0}, r"batch_size must be an integer >= 1, got 0"),
+        ({"batch_size": True}, r"batch_size must be an integer >= 1, got True"),
+        ({"positive_label": ""}, r"positive_label must be a non-empty string"),
+        ({"model": None}, r"model must be a non-empty string, got None"),
+    ],
+)
+def test_classifier_settings_validated(settings: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        ClassifierSentimentReward(**settings)

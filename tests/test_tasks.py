@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cory_env.rewards import AnswerCheckReward, ClassifierSentimentReward, VaderSentimentReward
-from cory_env.tasks import Query, Task, available_tasks, make_task
+from cory_env.tasks import Query, Task, TaskFunctionError, available_tasks, make_task
 from cory_env.tasks.arith import EXAMPLE, generate_arith_problems
 from cory_env.tasks.gsm8k import EXAMPLE_ANSWER, EXAMPLE_QUESTION, load_fixture
 from cory_env.tasks.imdb import load_openings
@@ -113,7 +113,7 @@ def test_imdb_prompts() -> None:
     assert task.prompt(1, query, [" was fine."]) == expected
     chained = f'I can make this sentence "{query.text} B" more positive: {query.text}'
     assert task.prompt(2, query, [" A", " B"]) == chained  # the most recent answer
-    with pytest.raises(ValueError, match="role 1 needs an earlier response"):
+    with pytest.raises(TaskFunctionError, match="imdb_prompt raised .*role 1 needs an earlier"):
         task.prompt(1, query, [])
 
 
@@ -128,13 +128,19 @@ def test_imdb_scores_query_plus_response() -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"min_query_tokens": 0}, "min_query_tokens must be a positive int, got 0"),
-        ({"min_query_tokens": 5, "max_query_tokens": 4}, "min_query_tokens=5 is larger"),
-        ({"max_query_tokens": 2.5}, "max_query_tokens must be a positive int"),
-        ({"n_queries": 100_000}, "n_queries=100000 but only"),
-        ({"n_queries": 0}, "n_queries must be a positive int"),
+        ({"min_query_tokens": 0}, "min_query_tokens must be an integer >= 1, got 0"),
+        (
+            {"min_query_tokens": 5, "max_query_tokens": 4},
+            "max_query_tokens must be an integer >= min_query_tokens \\(5\\), got 4",
+        ),
+        ({"max_query_tokens": 2.5}, "max_query_tokens must be an integer >= 1, got 2.5"),
+        ({"n_queries": 100_000}, "n_queries must be at most the .* queries available, got 100000"),
+        ({"n_queries": 0}, "n_queries must be an integer >= 1, got 0"),
         ({"max_new_tokens": (5, 5)}, "1 <= low < high"),
-        ({"max_new_tokens": (1, 2, 3)}, "int or a \\(low, high\\) pair"),
+        (
+            {"max_new_tokens": (1, 2, 3)},
+            "max_new_tokens must be an integer >= 1 or a \\(low, high\\) pair.*got \\(1, 2, 3\\)",
+        ),
         ({"reward": "sentiment"}, "unknown reward 'sentiment'"),
     ],
 )
@@ -156,10 +162,10 @@ def test_imdb_local_dataset(tmp_path: Path) -> None:
 
     no_text = tmp_path / "other.jsonl"
     no_text.write_text(json.dumps({"review": "x"}) + "\n")
-    with pytest.raises(ValueError, match="no 'text' column.*review"):
+    with pytest.raises(ValueError, match="other.jsonl, line 1 has no 'text' field.*review"):
         make_task("imdb", dataset=str(no_text))
     missing = str(tmp_path / "missing.jsonl")
-    with pytest.raises(RuntimeError, match="could not load dataset.*missing.jsonl.*dataset=None"):
+    with pytest.raises(FileNotFoundError, match="missing.jsonl does not exist.*dataset=None"):
         make_task("imdb", dataset=missing)
 
 
@@ -211,9 +217,9 @@ def test_gsm8k_local_file_and_errors(tmp_path: Path) -> None:
         make_task("gsm8k", dataset=str(bad))
     no_final = tmp_path / "nofinal.jsonl"
     no_final.write_text(json.dumps({"question": "q", "answer": "just 4"}) + "\n")
-    with pytest.raises(ValueError, match="row 0.*####"):
+    with pytest.raises(ValueError, match="nofinal.jsonl, line 1: .*####"):
         make_task("gsm8k", dataset=str(no_final))
-    with pytest.raises(RuntimeError, match="could not load dataset.*gone.jsonl.*dataset=None"):
+    with pytest.raises(FileNotFoundError, match="gone.jsonl does not exist.*dataset=None"):
         make_task("gsm8k", dataset=str(tmp_path / "gone.jsonl"))
 
 
@@ -283,15 +289,21 @@ def test_arith_task_prompts_and_reward() -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"n_queries": 0}, "n_queries must be a positive int, got 0"),
-        ({"max_operand": -1}, "max_operand must be a positive int, got -1"),
-        ({"n_steps": 1.5}, "n_steps must be a positive int, got 1.5"),
-        ({"n_steps": True}, "n_steps must be a positive int, got True"),
+        ({"n_queries": 0}, "n_queries must be an integer >= 1, got 0"),
+        ({"max_operand": -1}, "max_operand must be an integer >= 1, got -1"),
+        ({"n_steps": 1.5}, "n_steps must be an integer >= 1, got 1.5"),
+        ({"n_steps": True}, "n_steps must be an integer >= 1, got True"),
         ({"operations": ("/",)}, "operations must be a non-empty selection.*'/'"),
         ({"operations": ()}, "operations must be a non-empty selection"),
-        ({"operations": ("-",), "n_steps": 4, "max_operand": 3}, "max_operand must be >= n_steps"),
-        ({"context_length": 0}, "context_length must be a positive int"),
-        ({"max_new_tokens": 0}, "max_new_tokens must allow at least 1 token"),
+        (
+            {"operations": ("-",), "n_steps": 4, "max_operand": 3},
+            "max_operand must be >= n_steps \\(4\\) with only subtraction, got 3",
+        ),
+        ({"context_length": 0}, "context_length must be an integer >= 2, got 0"),
+        (
+            {"max_new_tokens": 0},
+            "max_new_tokens must be an integer >= 1 or a \\(low, high\\) pair.*got 0",
+        ),
     ],
 )
 def test_arith_setting_errors(settings: dict, message: str) -> None:

@@ -1,50 +1,27 @@
-"""Task registry: a new task is one file that registers a factory by name."""
+"""Tasks: queries, per-role prompts and a batched reward, registered by name.
+
+A new task is one file in this folder that registers a factory with
+:func:`register_task`; importing this package registers the built-in ones.
+"""
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable
 from typing import Any
 
-from cory_env.tasks.base import PromptFn, Query, RewardFn, Task, continuation_prompt
-
-TaskFactory = Callable[..., Task]
-_REGISTRY: dict[str, TaskFactory] = {}
-
-
-def register_task(name: str) -> Callable[[TaskFactory], TaskFactory]:
-    """Decorator: ``@register_task("mytask") def make(**settings) -> Task``."""
-
-    def wrap(factory: TaskFactory) -> TaskFactory:
-        _REGISTRY[name] = factory
-        return factory
-
-    return wrap
-
-
-def available_tasks() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-def make_task(name: str, **settings: Any) -> Task:
-    """Build a registered task; unknown names or settings raise a clear error."""
-    if name not in _REGISTRY:
-        raise ValueError(
-            f"unknown task {name!r}; registered tasks are {available_tasks()}. "
-            "For your own queries and reward use cory_env.custom_task(queries, reward_fn)."
-        )
-    try:
-        return _REGISTRY[name](**settings)
-    except TypeError as err:
-        if "unexpected keyword argument" in str(err):
-            raise ValueError(f"task {name!r}: {err}") from err
-        raise
-
-
-def task_takes(name: str, setting: str) -> bool:
-    """Whether the registered factory ``name`` accepts the keyword ``setting``."""
-    factory = _REGISTRY.get(name)
-    return factory is not None and setting in inspect.signature(factory).parameters
+from cory_env.tasks.base import (
+    PromptFn,
+    Query,
+    RewardFn,
+    Task,
+    TaskFunctionError,
+    continuation_prompt,
+)
+from cory_env.tasks.registry import (
+    available_tasks,
+    make_task,
+    register_task,
+    task_needs_tokenizer,
+)
 
 
 def custom_task(
@@ -55,22 +32,21 @@ def custom_task(
     **kwargs: Any,
 ) -> Task:
     """A user's own queries plus a batched ``reward_fn(queries, responses)``."""
-    return Task(
-        name=name, queries=list(queries), reward_fn=reward_fn, prompt_fn=prompt_fn, **kwargs
-    )
+    return Task(name=name, queries=queries, reward_fn=reward_fn, prompt_fn=prompt_fn, **kwargs)
 
 
 # Importing the task modules registers them.
 from cory_env.tasks import arith, gsm8k, imdb  # noqa: E402,F401
 
 __all__ = [
+    "PromptFn",
     "Query",
     "RewardFn",
-    "PromptFn",
     "Task",
+    "TaskFunctionError",
     "available_tasks",
     "custom_task",
     "make_task",
     "register_task",
-    "task_takes",
+    "task_needs_tokenizer",
 ]

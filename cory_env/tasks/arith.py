@@ -16,10 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from cory_env import checks
+from cory_env.query import Query
 from cory_env.rewards import AnswerCheckReward
-from cory_env.tasks import register_task
-from cory_env.tasks._checks import positive_int
-from cory_env.tasks.base import Query, Task
+from cory_env.tasks.base import Task
+from cory_env.tasks.registry import register_task
 
 OPERATIONS = ("+", "-", "*")
 EXAMPLE = (
@@ -96,13 +97,17 @@ NAMES = (
 LATER = ("After that,", "Later,", "Next,", "Then")
 
 
+WHERE = "task 'arith'"
+
+
 def _check_operations(operations: Iterable[str]) -> tuple[str, ...]:
-    ops = tuple(operations)
-    unknown = [op for op in ops if op not in OPERATIONS]
-    if not ops or unknown:
-        raise ValueError(
-            f"task 'arith': operations must be a non-empty selection of {OPERATIONS}, got {ops!r}"
-        )
+    what = f"a non-empty selection of {OPERATIONS}"
+    try:
+        ops = tuple(operations)
+    except TypeError:
+        raise checks.fail("operations", what, operations, WHERE) from None
+    if not ops or any(op not in OPERATIONS for op in ops):
+        raise checks.fail("operations", what, ops, WHERE)
     return ops
 
 
@@ -119,15 +124,19 @@ def generate_arith_problems(
     Answers are never negative (a subtraction never takes away more than there is)
     and ``Query.answer`` is the exact integer as a string. Deterministic in ``seed``.
     """
-    n = positive_int("arith", "n_queries", n)
-    max_operand = positive_int("arith", "max_operand", max_operand)
-    n_steps = positive_int("arith", "n_steps", n_steps)
+    n = checks.integer(n, "n_queries", minimum=1, where=WHERE)
+    max_operand = checks.integer(max_operand, "max_operand", minimum=1, where=WHERE)
+    n_steps = checks.integer(n_steps, "n_steps", minimum=1, where=WHERE)
     ops = _check_operations(operations)
+    seed = checks.integer(seed, "seed", minimum=0, where=WHERE)
     only_sub = set(ops) == {"-"}
     if only_sub and max_operand < n_steps:
-        raise ValueError(
-            f"task 'arith': with only subtraction, {n_steps} steps need a start value of at "
-            f"least {n_steps}, so max_operand must be >= n_steps; got max_operand={max_operand}"
+        raise checks.fail(
+            "max_operand",
+            f">= n_steps ({n_steps}) with only subtraction",
+            max_operand,
+            WHERE,
+            f"{n_steps} subtractions need a start value of at least {n_steps}",
         )
     rng = np.random.default_rng(seed)
 
@@ -201,7 +210,7 @@ def make_arith_task(
         reward_fn=AnswerCheckReward(),
         prompt_fn=arith_prompt,
         max_new_tokens=max_new_tokens,
-        context_length=positive_int("arith", "context_length", context_length),
+        context_length=context_length,
         metadata={
             "max_operand": max_operand,
             "n_steps": n_steps,

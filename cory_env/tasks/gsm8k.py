@@ -6,16 +6,24 @@ with a hub, ``openai/gsm8k`` (config "main"); or any local GSM8K-format JSON(L) 
 
 from __future__ import annotations
 
-import json
-from collections.abc import Sequence
-from importlib import resources
-from typing import Any
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
+from cory_env import checks
+from cory_env.answer_check import gold_answer
+from cory_env.query import Query
 from cory_env.rewards import AnswerCheckReward
-from cory_env.tasks import register_task
-from cory_env.tasks._checks import positive_int, select_count
-from cory_env.tasks.answer_check import gold_answer
-from cory_env.tasks.base import Query, Task
+from cory_env.tasks.base import Task, select_count
+from cory_env.tasks.files import (
+    JSON_SUFFIXES,
+    Record,
+    dataset_name,
+    json_records,
+    read_local_text,
+    read_package_text,
+    text_field,
+)
+from cory_env.tasks.registry import register_task
 
 FIXTURE_FILE = "gsm8k_sample.jsonl"
 HUB_DATASET = "openai/gsm8k"
@@ -34,24 +42,35 @@ ONE_SHOT = f"Question: {EXAMPLE_QUESTION}\nAnswer: {EXAMPLE_ANSWER}\n\n"
 
 def load_fixture() -> list[dict[str, str]]:
     """The packaged GSM8K-format fixture as a list of {"question", "answer"} records."""
-    path = resources.files("cory_env") / "data" / FIXTURE_FILE
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [json.loads(line) for line in lines if line.strip()]
+    return [r.data for r in json_records(read_package_text(FIXTURE_FILE), FIXTURE_FILE)]
 
 
-def _load_records(dataset: str, split: str) -> Any:
+_OFFLINE_HINT = (
+    "Without a dataset hub, use dataset=None for the packaged GSM8K-format fixture, "
+    "or give a local .jsonl file with 'question' and 'answer' fields."
+)
+
+
+def _load_records(dataset: str | None, split: str) -> tuple[str, Iterator[Record]]:
+    """(the source named in messages, its records in order)."""
+    if dataset is None:
+        source = f"task 'gsm8k': {FIXTURE_FILE}"
+        return source, iter(json_records(read_package_text(FIXTURE_FILE), source))
+    if Path(dataset).suffix.lower() in JSON_SUFFIXES:  # a local file: read line by line
+        source = f"task 'gsm8k': {dataset}"
+        text = read_local_text(dataset, source, missing_hint=_OFFLINE_HINT)
+        return source, iter(json_records(text, source))
     try:
         import datasets
 
-        if dataset.lower().endswith((".jsonl", ".json")):  # local file: single "train" split
-            return datasets.load_dataset("json", data_files=dataset, split="train")
-        return datasets.load_dataset(dataset, "main", split=split)
-    except Exception as err:  # no hub, missing file, unknown config or split
+        data = datasets.load_dataset(dataset, "main", split=split)
+    except Exception as err:  # no hub, unknown config or split
         raise RuntimeError(
-            f"gsm8k task: could not load dataset {dataset!r} (split {split!r}): {err}. "
-            "Without a dataset hub, use dataset=None for the packaged GSM8K-format fixture, "
-            "or give a local .jsonl file with 'question' and 'answer' fields."
+            f"task 'gsm8k': could not load dataset {dataset!r} (split {split!r}): {err}. "
+            + _OFFLINE_HINT
         ) from err
+    source = f"task 'gsm8k': dataset {dataset!r} (split {split!r})"
+    return source, (Record(f"row {i}", dict(row)) for i, row in enumerate(data))
 
 
 def gsm8k_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
@@ -78,30 +97,34 @@ def make_gsm8k_task(
     extracted answer equals the gold number after ``####``, else 0.0.
     """
     name = "gsm8k"
-    budget = max_new_tokens
-    context_length = positive_int(name, "context_length", context_length)
-    records = load_fixture() if dataset is None else _load_records(dataset, split)
-    columns = set(records[0]) if dataset is None else set(records.column_names)
-    if not {"question", "answer"} <= columns:
-        raise ValueError(
-            f"gsm8k task: dataset {dataset!r} needs 'question' and 'answer' fields; "
-            f"it has {sorted(columns)}"
-        )
-    count = select_count(name, len(records), n_queries)
+    where = f"task {name!r}"
+    dataset = dataset_name(dataset, where)
+    split = checks.text(split, "split", where=where)
+    if n_queries is not None:
+        n_queries = checks.integer(n_queries, "n_queries", minimum=1, where=where)
+    source, records = _load_records(dataset, split)
     queries = []
-    for row in range(count):
-        record = records[row]
+    for record in records:
+        if not {"question", "answer"} <= set(record.data):
+            raise ValueError(
+                f"{source}, {record.place} needs 'question' and 'answer' fields; it has "
+                f"{sorted(record.data)}"
+            )
+        question = text_field(record, "question", source).strip()
+        if not question:
+            raise ValueError(f"{source}, {record.place} has an empty question")
         try:
-            gold = gold_answer(str(record["answer"]))
+            gold = gold_answer(text_field(record, "answer", source))
         except ValueError as err:
-            raise ValueError(f"gsm8k task: dataset {dataset!r}, row {row}: {err}") from err
-        queries.append(Query(text=str(record["question"]).strip(), answer=gold))
+            raise ValueError(f"{source}, {record.place}: {err}") from err
+        queries.append(Query(text=question, answer=gold))
+    count = select_count(name, len(queries), n_queries)
     return Task(
         name=name,
-        queries=queries,
+        queries=queries[:count],
         reward_fn=AnswerCheckReward(),
         prompt_fn=gsm8k_prompt,
-        max_new_tokens=budget,
+        max_new_tokens=max_new_tokens,
         context_length=context_length,
         metadata={"source": "packaged fixture" if dataset is None else dataset, "split": split},
     )

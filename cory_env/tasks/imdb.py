@@ -9,55 +9,77 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from cory_env import checks
+from cory_env.query import Query
 from cory_env.rewards import RewardCallable, make_reward
-from cory_env.tasks import register_task
-from cory_env.tasks._checks import (
-    optional_positive_int,
-    positive_int,
-    select_count,
+from cory_env.tasks.base import Task, callable_name, select_count
+from cory_env.tasks.files import (
+    JSON_SUFFIXES,
+    dataset_name,
+    json_records,
+    read_local_text,
+    read_package_text,
+    text_field,
+    text_lines,
 )
-from cory_env.tasks.base import Query, Task
+from cory_env.tasks.registry import register_task
 
 OPENINGS_FILE = "imdb_openings.txt"
 OBSERVER_TEMPLATE = 'I can make this sentence "{sentence}" more positive: {query}'
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
-_FILE_BUILDERS = {".json": "json", ".jsonl": "json", ".csv": "csv", ".parquet": "parquet"}
+_DATASETS_BUILDERS = {".csv": "csv", ".parquet": "parquet"}
+_OFFLINE_HINT = "Without a dataset hub, use dataset=None for the packaged review openings."
 
 
 def load_openings() -> list[str]:
     """The packaged review openings (one per line), read as package data."""
-    path = resources.files("cory_env") / "data" / OPENINGS_FILE
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return text_lines(read_package_text(OPENINGS_FILE))
 
 
 def _load_dataset_texts(dataset: str, split: str) -> list[str]:
+    """Texts of a local .txt (one per line) or JSON(L) file with a "text" field, a local
+    .csv/.parquet file or dataset folder, or a hub dataset with a "text" column."""
+    source = f"task 'imdb': {dataset}"
     suffix = Path(dataset).suffix.lower()
-    try:
+    if suffix == ".txt" or suffix in JSON_SUFFIXES:
+        text = read_local_text(dataset, source, missing_hint=_OFFLINE_HINT)
         if suffix == ".txt":
-            return Path(dataset).read_text(encoding="utf-8").splitlines()
+            return text_lines(text)
+        return [text_field(r, "text", source) for r in json_records(text, source)]
+    if suffix in _DATASETS_BUILDERS:
+        if not Path(dataset).is_file():
+            raise FileNotFoundError(f"{source} does not exist. {_OFFLINE_HINT}")
+    try:
         import datasets
 
-        if suffix in _FILE_BUILDERS:  # a local file: its single split is "train"
-            data = datasets.load_dataset(_FILE_BUILDERS[suffix], data_files=dataset, split="train")
+        if suffix in _DATASETS_BUILDERS:  # a local file: its single split is "train"
+            builder = _DATASETS_BUILDERS[suffix]
+            data = datasets.load_dataset(builder, data_files=dataset, split="train")
         else:
             data = datasets.load_dataset(dataset, split=split)
-    except Exception as err:  # no hub, missing path, bad split: one clear message
+    except Exception as err:  # no hub, bad split, unreadable file: one clear message
         raise RuntimeError(
-            f"imdb task: could not load dataset {dataset!r} (split {split!r}): {err}. "
-            "Without a dataset hub, use dataset=None for the packaged review openings."
+            f"task 'imdb': could not load dataset {dataset!r} (split {split!r}): {err}. "
+            + _OFFLINE_HINT
         ) from err
     if "text" not in data.column_names:
         raise ValueError(
-            f"imdb task: dataset {dataset!r} has no 'text' column; its columns are "
+            f"task 'imdb': dataset {dataset!r} has no 'text' column; its columns are "
             f"{data.column_names}"
         )
-    return [str(t) for t in data["text"]]
+    texts = data["text"]
+    for row, value in enumerate(texts):
+        if not isinstance(value, str):
+            raise ValueError(
+                f"task 'imdb': dataset {dataset!r}, row {row}: 'text' must be text, got "
+                f"{type(value).__name__} {str(value)[:60]!r}"
+            )
+    return list(texts)
 
 
 def cut_query(text: str, n_tokens: int, tokenizer: Any = None) -> str:
@@ -78,7 +100,7 @@ def imdb_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
     return OBSERVER_TEMPLATE.format(sentence=query.text + earlier[-1], query=query.text)
 
 
-@register_task("imdb")
+@register_task("imdb", needs_tokenizer=True)
 def make_imdb_task(
     *,
     dataset: str | None = None,
@@ -105,27 +127,31 @@ def make_imdb_task(
     "classifier", a classifier id/path) or a callable; it scores query + response.
     """
     name = "imdb"
-    min_query_tokens = positive_int(name, "min_query_tokens", min_query_tokens)
-    max_query_tokens = positive_int(name, "max_query_tokens", max_query_tokens)
-    if min_query_tokens > max_query_tokens:
-        raise ValueError(
-            f"task 'imdb': min_query_tokens={min_query_tokens} is larger than "
-            f"max_query_tokens={max_query_tokens}"
+    where = f"task {name!r}"
+    dataset = dataset_name(dataset, where)
+    split = checks.text(split, "split", where=where)
+    min_query_tokens = checks.integer(min_query_tokens, "min_query_tokens", minimum=1, where=where)
+    max_query_tokens = checks.integer(max_query_tokens, "max_query_tokens", minimum=1, where=where)
+    if max_query_tokens < min_query_tokens:
+        raise checks.fail(
+            "max_query_tokens",
+            f"an integer >= min_query_tokens ({min_query_tokens})",
+            max_query_tokens,
+            where,
         )
-    n_queries = optional_positive_int(name, "n_queries", n_queries)
-    budget = max_new_tokens
-    context_length = positive_int(name, "context_length", context_length)
+    if n_queries is not None:
+        n_queries = checks.integer(n_queries, "n_queries", minimum=1, where=where)
+    seed = checks.integer(seed, "seed", minimum=0, where=where)
     if tokenizer is not None and not (
         hasattr(tokenizer, "encode") and hasattr(tokenizer, "decode")
     ):
-        raise TypeError(
-            f"task 'imdb': tokenizer must have encode() and decode(), got {tokenizer!r}"
-        )
+        raise TypeError(f"{where}: tokenizer must have encode() and decode(), got {tokenizer!r}")
+    reward_fn = make_reward(reward)
 
     raw = load_openings() if dataset is None else _load_dataset_texts(dataset, split)
     texts = [t for t in (" ".join(_BR.sub(" ", r).split()) for r in raw) if t]
     if not texts:
-        raise ValueError(f"task 'imdb': dataset {dataset!r} has no non-empty texts")
+        raise ValueError(f"{where}: dataset {dataset!r} has no non-empty texts")
 
     rng = np.random.default_rng(seed)
     count = select_count(name, len(texts), n_queries)
@@ -137,14 +163,14 @@ def make_imdb_task(
     return Task(
         name=name,
         queries=queries,
-        reward_fn=make_reward(reward),
+        reward_fn=reward_fn,
         prompt_fn=imdb_prompt,
-        max_new_tokens=budget,
+        max_new_tokens=max_new_tokens,
         context_length=context_length,
         metadata={
             "source": "packaged openings" if dataset is None else dataset,
             "split": split,
-            "reward": reward if isinstance(reward, str) else getattr(reward, "__name__", "custom"),
+            "reward": reward if isinstance(reward, str) else callable_name(reward),
             "query_tokens": (min_query_tokens, max_query_tokens),
         },
     )

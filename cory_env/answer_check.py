@@ -1,4 +1,7 @@
-"""The CORY paper's GSM8K answer checker, shared by the gsm8k and arith tasks.
+"""The CORY paper's GSM8K answer checker, shared by the gsm8k and arith tasks and the rewards.
+
+A leaf module (it imports nothing from cory_env), so both ``cory_env.tasks`` and
+``cory_env.rewards`` import it at top level without an import cycle.
 
 Rules (from the official implementation): lowercase the response; if it contains
 "the answer is", take the first number after that phrase, else the last number in
@@ -46,7 +49,11 @@ def gold_answer(gsm8k_answer: str) -> str:
     final = gsm8k_answer.rsplit("####", 1)[1].strip()
     if not final:
         raise ValueError(f"GSM8K answer has nothing after '####': {gsm8k_answer[-80:]!r}")
-    return _clean(final.replace("$", "").strip())
+    gold = _clean(final.replace("$", "").strip())
+    if _as_number(gold) is None:
+        # Every GSM8K answer is a number; text here would make every response score 0.
+        raise ValueError(f"GSM8K answer's final value after '####' is not a number: {final!r}")
+    return gold
 
 
 def _as_number(text: str) -> Decimal | None:
