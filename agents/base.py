@@ -1,21 +1,23 @@
 """The learner protocol: what any player of the game (LLM or not) must offer the loop.
 
 The training loop talks to learners through these five methods only, so any learner can
-take any seat of ``cory_env``'s batched game::
+take any seat of ``cory_env``'s batched game. One *rollout* is one batch of B games::
 
     game.reset()
     while not game.done:
         agent = game.agent_selection
         game.step(learners[agent].act(game.observe(agent)), agent=agent)
     for agent, learner in learners.items():
-        learner.end_episode(game.observe(agent), game.rewards[agent], game.info(agent))
+        learner.end_rollout(game.observe(agent), game.rewards[agent])
     stats = {agent: learner.learn() for agent, learner in learners.items()}
+
+Evaluation plays the same games without ``end_rollout``, so nothing is collected.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -27,10 +29,8 @@ class Learner(Protocol):
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """One token id per game (shape ``(B,)``) for a batched observation."""
 
-    def end_episode(
-        self, obs: dict[str, np.ndarray], rewards: np.ndarray, info: dict[str, Any]
-    ) -> None:
-        """The batch of games ended: final observation, rewards ``(B,)`` and the game's info."""
+    def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
+        """The batch of games ended: this seat's final observation and rewards ``(B,)``."""
 
     def learn(self) -> dict[str, float]:
         """Update from what was collected since the last call; return scalar statistics."""
@@ -48,22 +48,20 @@ class RandomLearner:
     def __init__(self, vocab_size: int, seed: int = 0) -> None:
         self.vocab_size = vocab_size
         self.rng = np.random.default_rng(seed)
-        self.episodes = 0
+        self.rollouts = 0
 
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         return self.rng.integers(0, self.vocab_size, size=len(obs["input_ids"]))
 
-    def end_episode(
-        self, obs: dict[str, np.ndarray], rewards: np.ndarray, info: dict[str, Any]
-    ) -> None:
-        self.episodes += 1
+    def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
+        self.rollouts += 1
 
     def learn(self) -> dict[str, float]:
         return {}
 
     def save(self, path: Path) -> None:
         Path(path).mkdir(parents=True, exist_ok=True)
-        np.save(Path(path) / "rng.npy", np.array([self.episodes]))
+        np.save(Path(path) / "rng.npy", np.array([self.rollouts]))
 
     def load(self, path: Path) -> None:
-        self.episodes = int(np.load(Path(path) / "rng.npy")[0])
+        self.rollouts = int(np.load(Path(path) / "rng.npy")[0])

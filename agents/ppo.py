@@ -9,22 +9,20 @@ top to bottom:
 3. GAE advantages (whitened) and returns from the values recorded while acting;
 4. ``ppo_epochs`` passes over shuffled mini-batches of clipped policy + value loss;
 5. the KL controller update from the batch's mean summed KL.
+
+The model plumbing (value head, reference, LoRA sharing) is in ``agents/policy.py`` and
+the RL math, each term checked against hand-computed values, in ``agents/ppo_math.py``.
 """
 
 from __future__ import annotations
 
-import copy
-import functools
-import inspect
-from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import nn
 from transformers import (
     LogitsProcessorList,
     TemperatureLogitsWarper,
@@ -33,6 +31,12 @@ from transformers import (
 )
 
 from agents import ppo_math as pm
+from agents import state_io
+from agents.policy import PolicyWithValue, Reference
+from cory_env import checks
+
+FORMAT = 1
+"""Version of the files :meth:`PPOAgent.save` writes."""
 
 
 @dataclass
@@ -66,195 +70,47 @@ class PPOConfig:
     """Rows per no-grad forward of the reference model."""
 
     def validate(self) -> None:
-        if self.kl_estimator not in ("full", *pm.KL_ESTIMATORS):
-            raise ValueError(
-                f"kl_estimator must be 'full' or one of {list(pm.KL_ESTIMATORS)}, "
-                f"got {self.kl_estimator!r}"
+        """Check every setting's type and range (numbers are normalised in place)."""
+        w = "ppo"
+        positive = {"minimum": 0, "exclusive_min": True, "where": w}
+        for name in ("learning_rate", "clip_range", "clip_range_value", "kl_target"):
+            setattr(self, name, checks.number(getattr(self, name), name, **positive))
+        for name in ("gamma", "gae_lambda"):
+            setattr(
+                self, name, checks.number(getattr(self, name), name, minimum=0, maximum=1, where=w)
             )
+        for name in ("vf_coef", "init_kl_coef"):
+            setattr(self, name, checks.number(getattr(self, name), name, minimum=0, where=w))
+        self.temperature = checks.number(self.temperature, "temperature", **positive)
+        self.top_p = checks.number(
+            self.top_p, "top_p", minimum=0, maximum=1, exclusive_min=True, where=w
+        )
+        for name in ("max_grad_norm", "score_clip"):
+            if getattr(self, name) is not None:
+                hint = (
+                    "a negative norm would reverse the gradients" if name == "max_grad_norm" else ""
+                )
+                setattr(self, name, checks.number(getattr(self, name), name, hint=hint, **positive))
         for name in (
             "ppo_epochs",
             "mini_batch_size",
             "gradient_accumulation_steps",
             "forward_batch_size",
+            "kl_horizon",
         ):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+            setattr(self, name, checks.integer(getattr(self, name), name, minimum=1, where=w))
+        self.top_k = checks.integer(self.top_k, "top_k", minimum=0, where=w, hint="0 = off")
+        for name in ("adaptive_kl", "whiten_advantages", "score_scaling", "score_norm"):
+            checks.boolean(getattr(self, name), name, where=w)
+        checks.choice(self.kl_estimator, "kl_estimator", ("full", *pm.KL_ESTIMATORS), where=w)
         if self.mini_batch_size % self.gradient_accumulation_steps:
-            raise ValueError(
-                f"mini_batch_size ({self.mini_batch_size}) must be a multiple of "
+            raise checks.SettingError(
+                f"ppo: mini_batch_size ({self.mini_batch_size}) must be a multiple of "
                 f"gradient_accumulation_steps ({self.gradient_accumulation_steps})"
             )
-        if self.temperature <= 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
-            raise ValueError("need temperature > 0, 0 < top_p <= 1 and top_k >= 0")
 
 
-# ----------------------------------------------------------------------------- models
-def lm_forward(
-    lm: nn.Module,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    position_ids: torch.Tensor,
-    cache: Any = None,
-    use_cache: bool = False,
-    keep: int = 0,
-    **kwargs: Any,
-) -> Any:
-    """Call a HF causal LM across transformers versions (``cache`` was ``past_key_values``).
-
-    ``keep`` > 0 computes the LM head on the last ``keep`` positions only: a prompt's
-    logits are never needed, and the head is the costliest layer of a small model.
-    """
-    inner = lm.get_base_model() if hasattr(lm, "get_base_model") else lm  # peft wrapper
-    names = _forward_params(type(inner))
-    if cache is not None:
-        kwargs["cache" if "cache" in names else "past_key_values"] = cache
-    if keep and "logits_to_keep" in names:
-        kwargs["logits_to_keep"] = keep
-    out = lm(
-        input_ids=input_ids,
-        attention_mask=attention_mask,
-        position_ids=position_ids,
-        use_cache=use_cache,
-        **kwargs,
-    )
-    if keep:
-        out.logits = out.logits[:, -keep:]
-    return out
-
-
-@functools.cache
-def _forward_params(cls: type) -> frozenset[str]:
-    return frozenset(inspect.signature(cls.forward).parameters)
-
-
-def _cache_of(out: Any) -> Any:
-    # transformers >= 5 names the field ``cache``; earlier versions ``past_key_values``.
-    field = "cache" if "cache" in type(out).__dataclass_fields__ else "past_key_values"
-    return getattr(out, field, None)
-
-
-class PolicyWithValue(nn.Module):
-    """A causal LM with a scalar value head on its last hidden state.
-
-    With LoRA several policies can wrap one ``PeftModel``, each with its own adapter:
-    the base weights are then held once for all agents.
-    """
-
-    def __init__(self, lm: nn.Module, adapter: str | None = None) -> None:
-        super().__init__()
-        self.lm = lm
-        self.adapter = adapter
-        hidden = lm.config.get_text_config().hidden_size
-        self.value_head = nn.Linear(hidden, 1)
-        nn.init.normal_(self.value_head.weight, std=1.0 / np.sqrt(hidden + 1))
-        nn.init.zeros_(self.value_head.bias)
-
-    def forward(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        position_ids: torch.Tensor,
-        cache: Any = None,
-        use_cache: bool = False,
-        keep: int = 0,
-    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """Logits and values of the last ``keep`` positions (0 = all), and the KV cache."""
-        if self.adapter is not None:
-            self.lm.set_adapter(self.adapter)
-        out = lm_forward(
-            self.lm,
-            input_ids,
-            attention_mask,
-            position_ids,
-            cache=cache,
-            use_cache=use_cache,
-            keep=keep,
-            output_hidden_states=True,
-        )
-        hidden = out.hidden_states[-1][:, -keep:]
-        values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
-        return out.logits, values, _cache_of(out)
-
-    def trainable_parameters(self) -> list[nn.Parameter]:
-        return [p for p in self.parameters() if p.requires_grad]
-
-    def policy_state_dict(self) -> dict[str, torch.Tensor]:
-        """What this agent owns: its adapter (LoRA) or its full LM, plus the value head."""
-        if self.adapter is not None:
-            from peft import get_peft_model_state_dict
-
-            lm_state = get_peft_model_state_dict(self.lm, adapter_name=self.adapter)
-        else:
-            lm_state = self.lm.state_dict()
-        state = {f"lm.{k}": v for k, v in lm_state.items()}
-        state.update({f"value_head.{k}": v for k, v in self.value_head.state_dict().items()})
-        return state
-
-    def load_policy_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        lm_state = {k[3:]: v for k, v in state.items() if k.startswith("lm.")}
-        head = {k[11:]: v for k, v in state.items() if k.startswith("value_head.")}
-        if self.adapter is not None:
-            from peft import set_peft_model_state_dict
-
-            set_peft_model_state_dict(self.lm, lm_state, adapter_name=self.adapter)
-        else:
-            self.lm.load_state_dict(lm_state)
-        self.value_head.load_state_dict(head)
-
-
-class Reference:
-    """The frozen reference policy, shared by every agent built from the same base.
-
-    Either a separate frozen copy of the base, or (LoRA) the shared ``PeftModel`` with
-    its adapters disabled, so no extra copy of the weights exists.
-    """
-
-    def __init__(self, lm: nn.Module, adapters_disabled: bool = False) -> None:
-        self.lm = lm
-        self.adapters_disabled = adapters_disabled
-        if not adapters_disabled:
-            lm.requires_grad_(False)
-            lm.eval()
-
-    @torch.no_grad()
-    def logits(
-        self,
-        input_ids: torch.Tensor,
-        attention_mask: torch.Tensor,
-        position_ids: torch.Tensor,
-        keep: int = 0,
-    ) -> torch.Tensor:
-        """Logits of the last ``keep`` positions (0 = all)."""
-        base_only = self.lm.disable_adapter() if self.adapters_disabled else nullcontext()
-        with base_only:
-            return lm_forward(self.lm, input_ids, attention_mask, position_ids, keep=keep).logits
-
-
-def build_policies(
-    base_lm: nn.Module, n_agents: int, lora_config: Any = None
-) -> tuple[list[PolicyWithValue], Reference]:
-    """``n_agents`` trainable policies and one shared frozen reference from one base model.
-
-    Without LoRA each policy is a full copy of the base (the base itself becomes the
-    reference). With a peft ``LoraConfig``, all policies share the base's weights through
-    one adapter each, and the reference is the base with adapters disabled.
-    """
-    base_lm.eval()  # dropout off: the PPO ratio must compare the same function
-    if lora_config is None:
-        policies = [PolicyWithValue(copy.deepcopy(base_lm)) for _ in range(n_agents)]
-        for policy in policies:
-            policy.lm.requires_grad_(True)
-        return policies, Reference(base_lm)
-    from peft import get_peft_model
-
-    names = [f"agent_{i}" for i in range(n_agents)]
-    peft_lm = get_peft_model(base_lm, lora_config, adapter_name=names[0])
-    for name in names[1:]:
-        peft_lm.add_adapter(name, lora_config)
-    peft_lm.eval()
-    for name, param in peft_lm.named_parameters():
-        param.requires_grad_("lora_" in name)
-    return [PolicyWithValue(peft_lm, adapter=n) for n in names], Reference(peft_lm, True)
+PPO_SETTINGS = tuple(f.name for f in fields(PPOConfig))
 
 
 # ----------------------------------------------------------------------------- rollout
@@ -285,8 +141,8 @@ class Turn:
 
 
 @dataclass
-class Episode:
-    """One finished batch of games from this agent's seat (tensors on CPU)."""
+class Rollout:
+    """One finished batch of B games from this agent's seat (tensors on CPU)."""
 
     prompt_ids: torch.Tensor  # (B, P) left-padded
     prompt_mask: torch.Tensor  # (B, P)
@@ -297,32 +153,16 @@ class Episode:
     full_logprobs: torch.Tensor | None  # (B, T, V) for the exact KL
     rewards: torch.Tensor  # (B,)
 
-
-def _pad_cat(tensors: list[torch.Tensor], value: float, left: bool) -> torch.Tensor:
-    """Concatenate along rows, padding dim 1 to the longest (left or right)."""
-    width = max(t.shape[1] for t in tensors)
-    padded = []
-    for t in tensors:
-        extra = width - t.shape[1]
-        pad = [0, 0] * (t.dim() - 2) + ([extra, 0] if left else [0, extra])
-        padded.append(F.pad(t, pad, value=value))
-    return torch.cat(padded)
+    def sequences(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Prompt + response ids, attention mask and position ids, as one forward sees them."""
+        ids = torch.cat([self.prompt_ids, self.tokens], dim=1)
+        mask = torch.cat([self.prompt_mask, self.mask], dim=1)
+        return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
 
 
-def collate(episodes: list[Episode], pad_id: int) -> Episode:
-    if len(episodes) == 1:
-        return episodes[0]
-    full = [e.full_logprobs for e in episodes]
-    return Episode(
-        prompt_ids=_pad_cat([e.prompt_ids for e in episodes], pad_id, left=True),
-        prompt_mask=_pad_cat([e.prompt_mask for e in episodes], 0, left=True),
-        tokens=_pad_cat([e.tokens for e in episodes], pad_id, left=False),
-        mask=_pad_cat([e.mask for e in episodes], 0, left=False),
-        logprobs=_pad_cat([e.logprobs for e in episodes], 0.0, left=False),
-        values=_pad_cat([e.values for e in episodes], 0.0, left=False),
-        full_logprobs=None if full[0] is None else _pad_cat(full, 0.0, left=False),
-        rewards=torch.cat([e.rewards for e in episodes]),
-    )
+def response_logits(logits: torch.Tensor, steps: int) -> torch.Tensor:
+    """From the last T+1 positions, the T that predicted the response tokens."""
+    return logits[:, -steps - 1 : -1].float()
 
 
 # ----------------------------------------------------------------------------- agent
@@ -371,7 +211,7 @@ class PPOAgent:
         if config.top_p < 1.0:
             warpers.append(TopPLogitsWarper(config.top_p))
         self.warpers = LogitsProcessorList(warpers)
-        self.episodes: list[Episode] = []
+        self.rollout: Rollout | None = None
         self._turn: Turn | None = None
 
     @property
@@ -412,47 +252,31 @@ class PPOAgent:
             turn.full_logprobs.append(logprobs.cpu())
         return action.cpu().numpy()
 
-    def end_episode(
-        self, obs: dict[str, np.ndarray], rewards: np.ndarray, info: dict[str, Any]
-    ) -> None:
+    def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
         """Close the turn: keep the tokens the game accepted and the rewards it paid."""
         turn, self._turn = self._turn, None
         if turn is None or not turn.tokens:
-            raise RuntimeError("end_episode() without a turn: act() was never called this game")
+            raise RuntimeError("end_rollout() without a turn: act() was never called this game")
         accepted = torch.as_tensor(np.asarray(obs["num_generated"]), dtype=torch.long)
-        steps = len(turn.tokens)
-        mask = (torch.arange(steps)[None, :] < accepted[:, None]).long()
+        mask = (torch.arange(len(turn.tokens))[None, :] < accepted[:, None]).long()
         tokens = torch.stack(turn.tokens, dim=1)
-        self.episodes.append(
-            Episode(
-                prompt_ids=turn.prompt_ids,
-                prompt_mask=turn.prompt_mask,
-                tokens=torch.where(mask.bool(), tokens, self.pad_token_id),
-                mask=mask,
-                logprobs=torch.stack(turn.logprobs, dim=1) * mask,
-                values=torch.stack(turn.values, dim=1) * mask,
-                full_logprobs=(
-                    torch.stack(turn.full_logprobs, dim=1) if turn.full_logprobs else None
-                ),
-                rewards=torch.as_tensor(np.asarray(rewards), dtype=torch.float32),
-            )
+        self.rollout = Rollout(
+            prompt_ids=turn.prompt_ids,
+            prompt_mask=turn.prompt_mask,
+            tokens=torch.where(mask.bool(), tokens, self.pad_token_id),
+            mask=mask,
+            logprobs=torch.stack(turn.logprobs, dim=1) * mask,
+            values=torch.stack(turn.values, dim=1) * mask,
+            full_logprobs=torch.stack(turn.full_logprobs, dim=1) if turn.full_logprobs else None,
+            rewards=torch.as_tensor(np.asarray(rewards), dtype=torch.float32),
         )
 
     # ------------------------------------------------------------------ learning
-    def _sequences(self, ep: Episode) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        ids = torch.cat([ep.prompt_ids, ep.tokens], dim=1)
-        mask = torch.cat([ep.prompt_mask, ep.mask], dim=1)
-        return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
-
-    @staticmethod
-    def _response_logits(logits: torch.Tensor, steps: int) -> torch.Tensor:
-        """From the last T+1 positions, the T that predicted the response tokens."""
-        return logits[:, -steps - 1 : -1].float()
-
-    def _kl(self, ep: Episode) -> torch.Tensor:
+    @torch.no_grad()
+    def reference_kl(self, rollout: Rollout) -> torch.Tensor:
         """KL(pi || pi_ref) per response token, one batched reference pass per rollout."""
-        ids, mask, pos = self._sequences(ep)
-        T = ep.tokens.shape[1]
+        ids, mask, pos = rollout.sequences()
+        T = rollout.tokens.shape[1]
         chunks = []
         for rows in torch.arange(len(ids)).split(self.config.forward_batch_size):
             with self.accelerator.autocast():
@@ -462,151 +286,161 @@ class PPOAgent:
                     pos[rows].to(self.device),
                     keep=T + 1,
                 )
-            ref_lp = torch.log_softmax(self._response_logits(logits, T), dim=-1).cpu()
+            ref_lp = torch.log_softmax(response_logits(logits, T), dim=-1).cpu()
             if self.config.kl_estimator == "full":
-                chunks.append(pm.kl_per_token(ep.full_logprobs[rows], ref_lp))
+                chunks.append(pm.kl_per_token(rollout.full_logprobs[rows], ref_lp))
             else:
-                ref_tok = ref_lp.gather(-1, ep.tokens[rows, :, None]).squeeze(-1)
-                chunks.append(pm.kl_sampled(ep.logprobs[rows], ref_tok, self.config.kl_estimator))
-        return torch.cat(chunks) * ep.mask
+                ref_tok = ref_lp.gather(-1, rollout.tokens[rows, :, None]).squeeze(-1)
+                chunks.append(
+                    pm.kl_sampled(rollout.logprobs[rows], ref_tok, self.config.kl_estimator)
+                )
+        return torch.cat(chunks) * rollout.mask
 
     def learn(self) -> dict[str, float]:
-        """One PPO update on every episode collected since the last call."""
-        if not self.episodes:
-            raise RuntimeError("learn() before any end_episode(): nothing was collected")
-        cfg = self.config
-        ep = collate(self.episodes, self.pad_token_id)
-        self.episodes = []
-        mask = ep.mask.float()
-        kl = self._kl(ep)
+        """One PPO update on the rollout collected since the last call."""
+        if self.rollout is None:
+            raise RuntimeError("learn() before any end_rollout(): nothing was collected")
+        cfg, ro, dev = self.config, self.rollout, self.device
+        self.rollout = None
+        mask = ro.mask.float()
+        ids, seq_mask, pos = ro.sequences()
+        B, T = ro.tokens.shape
+
+        # Rewards: a KL penalty at every token, the (scaled) task score at the last one.
+        kl = self.reference_kl(ro)
+        moments = self.score_moments if cfg.score_scaling else None
         scores = pm.scale_scores(
-            ep.rewards.clone(),
-            self.score_moments if cfg.score_scaling else None,
-            use_scaling=cfg.score_scaling,
-            use_normalization=cfg.score_norm,
-            clip=cfg.score_clip,
+            ro.rewards.clone(), moments, cfg.score_scaling, cfg.score_norm, cfg.score_clip
         )
         kl_coef = float(self.kl_ctl.value)
         rewards, non_score = pm.token_rewards(scores, kl, mask, kl_coef)
-        advantages, returns = pm.gae(rewards, ep.values, mask, cfg.gamma, cfg.gae_lambda)
+        # Advantages and value targets from the values recorded while acting.
+        advantages, returns = pm.gae(rewards, ro.values, mask, cfg.gamma, cfg.gae_lambda)
         if cfg.whiten_advantages:
             advantages = pm.masked_whiten(advantages, mask)
-        ids, seq_mask, pos = self._sequences(ep)
-        T, B = ep.tokens.shape[1], len(ids)
+
+        # Epochs of shuffled mini-batches; each mini-batch accumulates its micro-batches.
         micro = cfg.mini_batch_size // cfg.gradient_accumulation_steps
-        totals: dict[str, list[float]] = {}
+        stats: dict[str, list[float]] = defaultdict(list)
         for _ in range(cfg.ppo_epochs):
-            order = torch.randperm(B, generator=self.shuffle_generator)
-            for batch in order.split(cfg.mini_batch_size):
+            for batch in torch.randperm(B, generator=self.shuffle_generator).split(
+                cfg.mini_batch_size
+            ):
                 self.optimizer.zero_grad(set_to_none=True)
                 for rows in batch.split(micro):
-                    stats = self._loss_backward(
-                        rows,
-                        len(rows) / len(batch),
-                        ids,
-                        seq_mask,
-                        pos,
-                        ep,
-                        advantages,
-                        returns,
-                        mask,
-                        T,
+                    m = mask[rows].to(dev)
+                    with self.accelerator.autocast():
+                        logits, values, _ = self.policy(
+                            ids[rows].to(dev),
+                            seq_mask[rows].to(dev),
+                            pos[rows].to(dev),
+                            keep=T + 1,
+                        )
+                    logprobs_all = torch.log_softmax(response_logits(logits, T), dim=-1)
+                    new_logprobs = logprobs_all.gather(-1, ro.tokens[rows, :, None].to(dev))
+                    pg_loss, pg_stats = pm.policy_loss(
+                        new_logprobs.squeeze(-1),
+                        ro.logprobs[rows].to(dev),
+                        advantages[rows].to(dev),
+                        m,
+                        cfg.clip_range,
                     )
-                    for k, v in stats.items():
-                        totals.setdefault(k, []).append(v)
+                    vf_loss, vf_stats = pm.value_loss(
+                        values[:, :-1].float(),
+                        ro.values[rows].to(dev),
+                        returns[rows].to(dev),
+                        m,
+                        cfg.clip_range_value,
+                    )
+                    loss = pg_loss + cfg.vf_coef * vf_loss
+                    self.accelerator.backward(loss * len(rows) / len(batch))
+
+                    entropy = -(logprobs_all.detach().exp() * logprobs_all.detach()).sum(-1)
+                    stats["ppo/loss_policy"].append(pg_loss.item())
+                    stats["ppo/loss_value"].append(vf_loss.item())
+                    stats["ppo/loss_total"].append(loss.item())
+                    stats["ppo/entropy"].append(float(pm.masked_mean(entropy, m)))
+                    for k, v in {**pg_stats, **vf_stats}.items():
+                        stats[f"ppo/{k}"].append(float(v))
                 if cfg.max_grad_norm is not None:
                     norm = self.accelerator.clip_grad_norm_(
                         self.model.trainable_parameters(), cfg.max_grad_norm
                     )
-                    totals.setdefault("ppo/grad_norm", []).append(float(norm))
+                    stats["ppo/grad_norm"].append(float(norm))
                 self.optimizer.step()
+
         seq_kl = kl.sum(dim=1)
         self.kl_ctl.update(float(seq_kl.mean()), B)
-        lengths = ep.mask.sum(dim=1).float()
-        out = {k: float(np.mean(v)) for k, v in totals.items()}
-        out.update(
-            {
-                "env/reward_mean": float(ep.rewards.mean()),
-                "env/reward_std": float(ep.rewards.std()) if B > 1 else 0.0,
-                "objective/kl": float(seq_kl.mean()),
-                "objective/kl_coef": kl_coef,
-                "objective/non_score_reward": float(non_score.sum(dim=1).mean()),
-                "ppo/returns_mean": float(pm.masked_mean(returns, mask)),
-                "ppo/values_mean": float(pm.masked_mean(ep.values, mask)),
-                "ppo/scores_scaled_mean": float(scores.mean()),
-                "env/response_length": float(lengths.mean()),
-            }
-        )
-        return out
-
-    def _loss_backward(
-        self, rows, weight, ids, seq_mask, pos, ep, advantages, returns, mask, T
-    ) -> dict[str, float]:
-        cfg = self.config
-        with self.accelerator.autocast():
-            logits, values, _ = self.policy(
-                ids[rows].to(self.device),
-                seq_mask[rows].to(self.device),
-                pos[rows].to(self.device),
-                keep=T + 1,
-            )
-        logprobs_all = torch.log_softmax(self._response_logits(logits, T), dim=-1)
-        tokens = ep.tokens[rows].to(self.device)
-        logprobs = logprobs_all.gather(-1, tokens[..., None]).squeeze(-1)
-        new_values = values[:, :-1].float()
-        m = mask[rows].to(self.device)
-        pg_loss, pg_stats = pm.policy_loss(
-            logprobs,
-            ep.logprobs[rows].to(self.device),
-            advantages[rows].to(self.device),
-            m,
-            cfg.clip_range,
-        )
-        vf_loss, vf_stats = pm.value_loss(
-            new_values,
-            ep.values[rows].to(self.device),
-            returns[rows].to(self.device),
-            m,
-            cfg.clip_range_value,
-        )
-        loss = pg_loss + cfg.vf_coef * vf_loss
-        self.accelerator.backward(loss * weight)
-        with torch.no_grad():
-            entropy = -(logprobs_all.exp() * logprobs_all).sum(-1)
-        stats = {
-            "ppo/loss_policy": pg_loss.item(),
-            "ppo/loss_value": vf_loss.item(),
-            "ppo/loss_total": loss.item(),
-            "ppo/entropy": float(pm.masked_mean(entropy, m)),
+        return {
+            **{k: float(np.mean(v)) for k, v in stats.items()},
+            "env/reward_mean": float(ro.rewards.mean()),
+            "env/reward_std": float(ro.rewards.std()) if B > 1 else 0.0,
+            "env/response_length": float(mask.sum(dim=1).mean()),
+            "objective/kl": float(seq_kl.mean()),
+            "objective/kl_coef": kl_coef,
+            "objective/non_score_reward": float(non_score.sum(dim=1).mean()),
+            "ppo/returns_mean": float(pm.masked_mean(returns, mask)),
+            "ppo/values_mean": float(pm.masked_mean(ro.values, mask)),
+            "ppo/scores_scaled_mean": float(scores.mean()),
         }
-        stats.update({f"ppo/{k}": float(v) for k, v in {**pg_stats, **vf_stats}.items()})
-        return stats
 
     # ------------------------------------------------------------------ persistence
-    def state_dict(self) -> dict[str, Any]:
-        return {
-            "policy": self.model.policy_state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "kl_ctl": self.kl_ctl.state_dict(),
-            "score_moments": self.score_moments.state_dict(),
-            "generator": self.generator.get_state(),
-            "shuffle_generator": self.shuffle_generator.get_state(),
-            "config": asdict(self.config),
-        }
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_policy_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        self.kl_ctl.load_state_dict(state["kl_ctl"])
-        self.score_moments.load_state_dict(state["score_moments"])
-        self.generator.set_state(state["generator"])
-        self.shuffle_generator.set_state(state["shuffle_generator"])
-
     def save(self, path: Path) -> None:
+        """Weights, optimiser and RNG states as safetensors; the rest as JSON, written last."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        torch.save(self.state_dict(), path / "agent.pt")
+        state_io.save_tensors(self.model.policy_state_dict(), path / "policy.safetensors")
+        optimizer_tensors, optimizer_rest = state_io.split_optimizer_state(
+            self.optimizer.state_dict()
+        )
+        tensors = {f"optimizer.{k}": v for k, v in optimizer_tensors.items()}
+        tensors["rng.sampling"] = self.generator.get_state()
+        tensors["rng.shuffle"] = self.shuffle_generator.get_state()
+        state_io.save_tensors(tensors, path / "state.safetensors")
+        state_io.save_json(
+            {
+                "format": FORMAT,
+                "learner": "ppo",
+                "optimizer": optimizer_rest,
+                "kl_ctl": self.kl_ctl.state_dict(),
+                "score_moments": self.score_moments.state_dict(),
+                "config": asdict(self.config),
+            },
+            path / "agent.json",
+        )
 
     def load(self, path: Path) -> None:
-        state = torch.load(Path(path) / "agent.pt", map_location="cpu", weights_only=False)
-        self.load_state_dict(state)
+        """Restore what :meth:`save` wrote; a bad file raises ``CheckpointError`` naming it."""
+        path = Path(path)
+        if not (path / "agent.json").exists() and (path / "agent.pt").exists():
+            raise state_io.invalid(
+                path / "agent.pt",
+                "a pickled checkpoint of an older version; pickles can run code, so they are "
+                "never loaded",
+            )
+        meta = state_io.require(
+            state_io.load_json(path / "agent.json"),
+            ("format", "optimizer", "kl_ctl", "score_moments"),
+            path / "agent.json",
+        )
+        if meta["format"] != FORMAT:
+            raise state_io.invalid(path / "agent.json", f"unknown format {meta['format']!r}")
+        policy = state_io.load_tensors(path / "policy.safetensors")
+        tensors = state_io.load_tensors(path / "state.safetensors")
+        try:
+            self.model.load_policy_state_dict(policy)
+        except RuntimeError as err:
+            raise state_io.invalid(
+                path / "policy.safetensors", f"weights of a different model: {err}"
+            ) from None
+        try:
+            optimizer = {k[10:]: v for k, v in tensors.items() if k.startswith("optimizer.")}
+            self.optimizer.load_state_dict(
+                state_io.join_optimizer_state(optimizer, meta["optimizer"])
+            )
+            self.generator.set_state(tensors["rng.sampling"])
+            self.shuffle_generator.set_state(tensors["rng.shuffle"])
+            self.kl_ctl.load_state_dict(meta["kl_ctl"])
+            self.score_moments.load_state_dict(meta["score_moments"])
+        except (KeyError, ValueError, TypeError, RuntimeError) as err:
+            raise state_io.invalid(path, f"inconsistent agent state: {err!r}") from None

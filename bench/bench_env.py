@@ -1,8 +1,9 @@
 """How much the game itself costs next to generating the tokens it is played with.
 
 Plays one batch of the 2-agent imdb game (B=64 by default, a fixed budget of 16 new
-tokens) twice: with a random policy (uniform token ids), then with the embedded
-SmolLM2-135M model sampling token by token with a KV cache. It measures, with
+tokens) twice: with a random policy (uniform token ids), then with two PPO agents of the
+embedded SmolLM2-135M model acting through ``PPOAgent.act`` (KV cache, log-probs and
+values recorded, exactly as in training). It measures, with
 ``time.perf_counter``:
 
 - bookkeeping: time inside the game's ``reset``/``step``/``observe``/``info``, minus the
@@ -18,19 +19,16 @@ and prints both env costs as fractions of the model's generation time (target < 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import cory_env  # noqa: E402
-from agents.ppo import _cache_of, lm_forward  # noqa: E402
+import cory_env
+from agents.policy import build_policies, lm_forward
+from agents.ppo import PPOAgent, PPOConfig
 
 TARGET = 0.05
 
@@ -87,45 +85,18 @@ class RandomPolicy:
         return self.rng.integers(0, self.vocab, size=len(obs["input_ids"]))
 
 
-class ModelPolicy:
-    """Sample from a causal LM token by token, reusing the KV cache within a turn."""
+class AgentPolicy:
+    """The real acting path: one :class:`agents.ppo.PPOAgent` per seat, as training runs it."""
 
-    def __init__(self, lm: torch.nn.Module, seed: int) -> None:
-        self.lm = lm.eval()
-        self.generator = torch.Generator().manual_seed(seed)
-        self.turn: dict[str, Any] | None = None
-        self.steps = 0
+    def __init__(self, lm: torch.nn.Module, n_agents: int, pad_token_id: int, seed: int) -> None:
+        policies, reference = build_policies(lm, n_agents)
+        self.agents = {
+            f"llm_{i}": PPOAgent(policy, reference, PPOConfig(), pad_token_id, seed=seed + i)
+            for i, policy in enumerate(policies)
+        }
 
-    @torch.inference_mode()
     def __call__(self, agent: str, obs: dict[str, np.ndarray]) -> np.ndarray:
-        if self.turn is None or self.turn["agent"] != agent or not obs["num_generated"].any():
-            ids = torch.as_tensor(obs["input_ids"], dtype=torch.long)
-            mask = torch.as_tensor(obs["attention_mask"], dtype=torch.long)
-            used = mask.any(dim=0).nonzero()
-            first = int(used[0]) if len(used) else ids.shape[1] - 1
-            ids, mask = ids[:, first:], mask[:, first:]  # drop columns that are padding in all rows
-            positions = (mask.cumsum(-1) - 1).clamp(min=0)
-            out = lm_forward(self.lm, ids, mask, positions, use_cache=True, keep=1)
-            self.turn = {"agent": agent, "mask": mask, "next_pos": positions[:, -1]}
-        else:
-            turn = self.turn
-            turn["mask"] = torch.cat([turn["mask"], torch.ones_like(turn["last"])], dim=1)
-            turn["next_pos"] = turn["next_pos"] + 1
-            out = lm_forward(
-                self.lm,
-                turn["last"],
-                turn["mask"],
-                turn["next_pos"][:, None],
-                cache=turn["cache"],
-                use_cache=True,
-                keep=1,
-            )
-        self.turn["cache"] = _cache_of(out)
-        probs = torch.softmax(out.logits[:, -1].float(), dim=-1)
-        action = torch.multinomial(probs, 1, generator=self.generator)
-        self.turn["last"] = action
-        self.steps += 1
-        return action.squeeze(-1).numpy()
+        return self.agents[agent].act(obs)
 
 
 def play(game: TimedGame, policy: Any, seed: int) -> dict[str, float]:
@@ -191,7 +162,11 @@ def main() -> None:
         "random": play(
             make_game(args, tokenizer), RandomPolicy(len(tokenizer), args.seed), args.seed
         ),
-        "model": play(make_game(args, tokenizer), ModelPolicy(lm, args.seed), args.seed),
+        "model": play(
+            make_game(args, tokenizer),
+            AgentPolicy(lm, 2, tokenizer.pad_token_id, args.seed),
+            args.seed,
+        ),
     }
     model_gen = results["model"]["generation"]
 

@@ -79,3 +79,42 @@ def tiny_tokenizer():
 @pytest.fixture()
 def tiny_lm(tiny_tokenizer):
     return make_tiny_lm(len(tiny_tokenizer))
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-model")
+    tokenizer = make_tiny_tokenizer()
+    make_tiny_lm(len(tokenizer)).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def tiny_config(model_dir, run_dir, algorithm="cory", **overrides):
+    values = {
+        "model": model_dir,
+        "run_dir": str(run_dir),
+        "batch_size": 4,
+        "iterations": 3,
+        "max_new_tokens": [2, 5],
+        "role_exchange_period": 1,
+        "checkpoint_every": 2,
+        "sample_every": 1,
+        "device": "cpu",
+        "ppo": {
+            "mini_batch_size": 2,
+            "gradient_accumulation_steps": 2,
+            "ppo_epochs": 2,
+            "learning_rate": 1e-3,
+        },
+    }
+    values.update(overrides)
+    from train.config import build_config
+
+    return build_config("smoke", overrides=values, algorithm=algorithm)
+
+
+def read_jsonl(path):
+    import json
+
+    return [json.loads(line) for line in path.read_text().splitlines()]

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import cory_env
-from agents.ppo import PPOAgent, PPOConfig, build_policies
+from agents.policy import build_policies
+from agents.ppo import PPOAgent, PPOConfig, response_logits
 from tests.conftest import make_tiny_gpt2, make_tiny_lm
 from train.loop import play_batch
 
@@ -46,12 +47,12 @@ def test_recorded_logprobs_and_values_match_a_full_forward(tiny_tokenizer, archi
     game.reset(seed=3)
     play_batch(game, agents)
     agent = agents["llm_0"]
-    ep = agent.episodes[0]
-    ids, mask, pos = agent._sequences(ep)
+    ep = agent.rollout
+    ids, mask, pos = ep.sequences()
     T = ep.tokens.shape[1]
     with torch.no_grad():
         logits, values, _ = agent.model(ids, mask, pos, keep=T + 1)
-    logprobs = torch.log_softmax(agent._response_logits(logits, T), -1)
+    logprobs = torch.log_softmax(response_logits(logits, T), -1)
     token_lp = logprobs.gather(-1, ep.tokens[..., None]).squeeze(-1)
     m = ep.mask.bool()
     assert m.sum() > 0 and (ep.prompt_mask == 0).any(), "test needs padded prompts"
@@ -68,12 +69,12 @@ def test_kl_is_zero_before_training_and_positive_after(tiny_tokenizer, tiny_lm):
     agent = make_agents(tiny_tokenizer, tiny_lm, 1, cfg)["llm_0"]
     game.reset(seed=0)
     play_batch(game, {"llm_0": agent})
-    assert agent._kl(agent.episodes[0]).abs().max() < 1e-5
+    assert agent.reference_kl(agent.rollout).abs().max() < 1e-5
     stats = agent.learn()
     assert abs(stats["objective/kl"]) < 1e-4
     game.reset()
     play_batch(game, {"llm_0": agent})
-    assert agent._kl(agent.episodes[0]).sum() > 1e-3
+    assert agent.reference_kl(agent.rollout).sum() > 1e-3
 
 
 def test_sampled_kl_estimator_runs_without_full_logprobs(tiny_tokenizer, tiny_lm):
@@ -84,7 +85,7 @@ def test_sampled_kl_estimator_runs_without_full_logprobs(tiny_tokenizer, tiny_lm
     agent = make_agents(tiny_tokenizer, tiny_lm, 1, cfg)["llm_0"]
     game.reset(seed=0)
     play_batch(game, {"llm_0": agent})
-    assert agent.episodes[0].full_logprobs is None
+    assert agent.rollout.full_logprobs is None
     assert np.isfinite(agent.learn()["objective/kl"])
 
 
@@ -132,14 +133,14 @@ def test_lora_agents_share_one_base_and_reference(tiny_tokenizer, tiny_lm):
     game.reset(seed=0)
     play_batch(game, agents)
     a0.learn()
-    a1.episodes.clear()
+    a1.rollout = None
     after = a1.model.policy_state_dict()
     assert all(torch.equal(before[k], after[k]) for k in before), "llm_1's adapter moved"
     assert torch.equal(tiny_lm.get_input_embeddings().weight, base_before)
     game.reset()
     play_batch(game, agents)
-    assert a0._kl(a0.episodes[0]).sum() > 0  # its adapter moved away from the base
-    assert a1._kl(a1.episodes[0]).abs().max() < 1e-5  # untouched adapter = reference
+    assert a0.reference_kl(a0.rollout).sum() > 0  # its adapter moved away from the base
+    assert a1.reference_kl(a1.rollout).abs().max() < 1e-5  # untouched adapter = reference
 
 
 def test_save_and_load_restore_the_agent(tiny_tokenizer, tiny_lm, tmp_path):
@@ -166,3 +167,21 @@ def test_bad_config_is_rejected():
         PPOConfig(kl_estimator="bogus").validate()
     with pytest.raises(ValueError, match="multiple of gradient_accumulation_steps"):
         PPOConfig(mini_batch_size=6, gradient_accumulation_steps=4).validate()
+
+
+def test_each_lora_agent_optimises_exactly_its_adapter_and_value_head(tiny_tokenizer, tiny_lm):
+    from peft import LoraConfig
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    agents = make_agents(tiny_tokenizer, tiny_lm, 2, PPOConfig(), lora=lora)
+    names = {id(p): n for n, p in agents["llm_0"].model.lm.named_parameters()}
+    held = {}
+    for i, (agent_name, agent) in enumerate(agents.items()):
+        params = [p for group in agent.optimizer.param_groups for p in group["params"]]
+        ids = {id(p) for p in params}
+        expected_lm = {k for k, n in names.items() if "lora_" in n and f".agent_{i}." in n}
+        head = {id(p) for p in agent.model.value_head.parameters()}
+        assert len(expected_lm) == 2 * 2 * 2  # 2 layers x (q, v) x (A, B)
+        assert ids == expected_lm | head, agent_name
+        held[agent_name] = ids
+    assert held["llm_0"].isdisjoint(held["llm_1"])

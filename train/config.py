@@ -8,14 +8,19 @@ and ``--config run/config.yaml`` reproduces it.
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
+import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from agents.ppo import PPOConfig
+from agents.ppo import PPO_SETTINGS, PPOConfig
+from cory_env import checks
+from cory_env.tasks.base import budget_range
 
 
 @dataclass
@@ -58,23 +63,61 @@ class TrainConfig:
         return 2 if self.algorithm == "cory" else 1
 
     def validate(self) -> None:
-        if self.algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {self.algorithm!r}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
-        if self.mixed_precision not in ("no", "bf16"):
-            raise ValueError(
-                f"mixed_precision must be 'no' or 'bf16', got {self.mixed_precision!r}"
+        """Check every setting's type and range now, before any model is loaded."""
+        checks.choice(self.algorithm, "algorithm", ALGORITHMS)
+        checks.text(self.task, "task")
+        checks.text(self.model, "model", hint="a hub id, a local folder, or 'embedded'")
+        if not isinstance(self.task_settings, dict):
+            raise checks.fail(
+                "task_settings", "a mapping such as {reward: vader}", self.task_settings
             )
-        for name in ("batch_size", "iterations", "sample_every", "checkpoint_every"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        self.lam = checks.number(self.lam, "lam", hint="1 = CORY, 0 = independent, -1 = zero-sum")
+        self.eta = checks.number(self.eta, "eta", minimum=0)
+        for name in (
+            "role_exchange_period",
+            "batch_size",
+            "iterations",
+            "sample_every",
+            "checkpoint_every",
+            "lora_r",
+        ):
+            setattr(self, name, checks.integer(getattr(self, name), name, minimum=1))
+        self.n_samples = checks.integer(self.n_samples, "n_samples", minimum=0)
+        self.seed = checks.integer(self.seed, "seed", minimum=0)
+        self.lora_alpha = checks.number(
+            self.lora_alpha, "lora_alpha", minimum=0, exclusive_min=True
+        )
+        if self.max_new_tokens is not None:
+            try:
+                budget_range(self.max_new_tokens)
+            except ValueError as err:
+                raise checks.SettingError(str(err)) from None
+            if isinstance(self.max_new_tokens, tuple):
+                self.max_new_tokens = list(self.max_new_tokens)
+        if self.context_length is not None:
+            self.context_length = checks.integer(self.context_length, "context_length", minimum=2)
+        checks.choice(self.device, "device", ("auto", "cpu", "cuda"))
+        checks.choice(self.mixed_precision, "mixed_precision", ("no", "bf16"))
+        checks.boolean(self.lora, "lora")
+        targets = self.lora_target_modules
+        if not (isinstance(targets, str) and targets) and not (
+            isinstance(targets, list) and targets and all(isinstance(t, str) for t in targets)
+        ):
+            raise checks.fail(
+                "lora_target_modules", "'all-linear' or a list of module names", targets
+            )
+        if self.run_dir is not None:
+            self.run_dir = checks.text(
+                str(self.run_dir) if isinstance(self.run_dir, Path) else self.run_dir, "run_dir"
+            )
+        if not isinstance(self.ppo, PPOConfig):
+            raise checks.fail("ppo", "a mapping of PPO settings", self.ppo)
+        self.ppo.validate()
         if self.batch_size % self.ppo.mini_batch_size:
-            raise ValueError(
+            raise checks.SettingError(
                 f"batch_size ({self.batch_size}) must be a multiple of ppo.mini_batch_size "
                 f"({self.ppo.mini_batch_size})"
             )
-        self.ppo.validate()
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -129,29 +172,62 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML as users type numbers: ``1e-5``, ``1E-5``, ``.5`` and ``-3`` are numbers.
+
+    PyYAML follows YAML 1.1, where a float needs a dot and a signed exponent, so ``1e-5``
+    would be the *string* "1e-5" and crash deep inside torch's optimiser.
+    """
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"),
+    list("-+.0123456789"),
+)
+
+
+def parse_yaml(text: str, source: str = "") -> Any:
+    """Parse YAML text with numbers read as numbers; errors name the source and the line."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise checks.SettingError(f"{source}{where}: not valid YAML ({problem})") from None
+
+
 def _merge(config: TrainConfig, values: dict[str, Any], source: str) -> TrainConfig:
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     unknown = sorted(set(values) - known)
     if unknown:
-        raise ValueError(
+        raise checks.SettingError(
             f"{source}: unknown settings {unknown}; known settings are {sorted(known)}"
         )
-    ppo_values = dict(values.pop("ppo", None) or {})
-    ppo_known = {f.name for f in dataclasses.fields(PPOConfig)}
-    bad = sorted(set(ppo_values) - ppo_known)
+    ppo_values = values.pop("ppo", None) or {}
+    if not isinstance(ppo_values, dict):
+        raise checks.fail("ppo", "a mapping of PPO settings", ppo_values, source)
+    bad = sorted(set(ppo_values) - set(PPO_SETTINGS))
     if bad:
-        raise ValueError(f"{source}: unknown ppo settings {bad}; known are {sorted(ppo_known)}")
+        raise checks.SettingError(
+            f"{source}: unknown ppo settings {bad}; known are {sorted(PPO_SETTINGS)}"
+        )
     ppo = dataclasses.replace(config.ppo, **ppo_values)
     return dataclasses.replace(config, **values, ppo=ppo)
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
-    if not path.exists():
+    if not path.is_file():
         raise FileNotFoundError(f"config file {path} does not exist")
-    data = yaml.safe_load(path.read_text()) or {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise checks.SettingError(f"config file {path} is not UTF-8 text") from None
+    data = parse_yaml(text, f"config file {path}") or {}
     if not isinstance(data, dict):
-        raise ValueError(f"config file {path} must hold a mapping of settings")
+        raise checks.SettingError(f"config file {path} must hold a mapping of settings")
     return data
 
 
@@ -165,18 +241,50 @@ def build_config(
     config = TrainConfig(algorithm=algorithm)
     if preset is not None:
         if preset not in PRESETS:
-            raise ValueError(f"unknown preset {preset!r}; presets are {sorted(PRESETS)}")
-        config = _merge(config, _deep_copy(PRESETS[preset]), f"preset {preset!r}")
+            raise checks.SettingError(f"unknown preset {preset!r}; presets are {sorted(PRESETS)}")
+        config = _merge(config, copy.deepcopy(PRESETS[preset]), f"preset {preset!r}")
     if config_file is not None:
-        config = _merge(config, load_config_file(config_file), str(config_file))
+        config = _merge(config, load_config_file(config_file), f"config file {config_file}")
     if overrides:
-        config = _merge(config, dict(overrides), "command line")
+        config = _merge(config, copy.deepcopy(overrides), "command line")
     config.validate()
     return config
 
 
-def _deep_copy(values: dict[str, Any]) -> dict[str, Any]:
-    return yaml.safe_load(yaml.safe_dump(values))
+def _flag_value(text: str) -> Any:
+    try:
+        return parse_yaml(text)
+    except checks.SettingError as err:
+        raise argparse.ArgumentTypeError(f"{text!r} is {str(err).lstrip(': ')}") from None
+
+
+_NUMBER = re.compile(r"^-(?:\.[0-9]|[0-9])")
+
+
+def _join_negative_values(argv: list[str]) -> list[str]:
+    """``--lam -1`` or ``--learning_rate -1e-5``: argparse would take the value for a flag."""
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and _NUMBER.match(token):
+            out[-1] = f"{out[-1]}={token}"
+        else:
+            out.append(token)
+    return out
+
+
+def make_parser(algorithm: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=f"Train with {algorithm.upper()} on cory_env")
+    parser.add_argument("--preset", choices=sorted(PRESETS))
+    parser.add_argument("--config", help="YAML file of settings (e.g. a run's config.yaml)")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in ("ppo", "algorithm"):
+            parser.add_argument(f"--{f.name}", type=_flag_value, default=argparse.SUPPRESS)
+    for name in PPO_SETTINGS:
+        parser.add_argument(
+            f"--{name}", type=_flag_value, default=argparse.SUPPRESS, dest=f"ppo.{name}"
+        )
+    return parser
 
 
 def parse_args(
@@ -185,20 +293,12 @@ def parse_args(
     """CLI: ``--preset``, ``--config``, ``--resume`` and one flag per setting.
 
     PPO settings are flags too (``--learning_rate 1e-5``). Values are read as YAML, so
-    ``--max_new_tokens "[4, 16]"`` and ``--task_settings "{reward: vader}"`` work.
+    ``--max_new_tokens "[4, 16]"`` and ``--task_settings "{reward: vader}"`` work. A bad
+    value or setting exits with one line that names it.
     """
-    parser = argparse.ArgumentParser(description=f"Train with {algorithm.upper()} on cory_env")
-    parser.add_argument("--preset", choices=sorted(PRESETS))
-    parser.add_argument("--config", help="YAML file of settings (e.g. a run's config.yaml)")
-    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
-    top = [f for f in dataclasses.fields(TrainConfig) if f.name not in ("ppo", "algorithm")]
-    for f in top:
-        parser.add_argument(f"--{f.name}", type=yaml.safe_load, default=argparse.SUPPRESS)
-    for f in dataclasses.fields(PPOConfig):
-        parser.add_argument(
-            f"--{f.name}", type=yaml.safe_load, default=argparse.SUPPRESS, dest=f"ppo.{f.name}"
-        )
-    args = vars(parser.parse_args(argv))
+    parser = make_parser(algorithm)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = vars(parser.parse_args(_join_negative_values(argv)))
     preset, config_file, resume = args.pop("preset"), args.pop("config"), args.pop("resume")
     overrides: dict[str, Any] = {}
     for key, value in args.items():
@@ -210,8 +310,13 @@ def parse_args(
         if preset or config_file:
             parser.error("--resume takes the run's saved config; drop --preset/--config")
         config_file = Path(resume) / "config.yaml"
+        if not config_file.is_file():
+            parser.error(f"--resume {resume}: not a run folder (it has no config.yaml)")
         overrides["run_dir"] = str(resume)
-    config = build_config(preset, config_file, overrides, algorithm=algorithm)
+    try:
+        config = build_config(preset, config_file, overrides, algorithm=algorithm)
+    except (ValueError, FileNotFoundError) as err:
+        parser.error(str(err))
     if config.algorithm != algorithm:
         parser.error(f"this script trains {algorithm!r}; the config says {config.algorithm!r}")
     return config, Path(resume) if resume is not None else None

@@ -8,33 +8,31 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 
 def evaluate(
     config: Any, batches: int, run_dir: Path | None = None, seed: int = 1234, show: int = 3
 ) -> dict[str, Any]:
     """Mean task score per agent and per role over ``batches`` batches, plus sample texts."""
-    from train.loop import batch_samples, play_batch
+    from train.checkpoint import find_checkpoint
+    from train.loop import batch_samples, play_games
     from train.run import build_game_and_learners
 
     game, learners = build_game_and_learners(config)
     if run_dir is not None:
+        folder = find_checkpoint(run_dir)
         for agent, learner in learners.items():
-            learner.load(Path(run_dir) / "checkpoint" / agent)
+            learner.load(folder / agent)
     by_agent: dict[str, list[float]] = {a: [] for a in game.possible_agents}
     by_role: dict[str, list[float]] = {}
     samples: list[dict[str, Any]] = []
     for i in range(batches):
         game.reset(seed=seed if i == 0 else None)
-        play_batch(game, learners)
-        for learner in learners.values():
-            learner.episodes.clear()  # evaluation only: nothing is learned
+        play_games(game, learners)  # no end_rollout: nothing is collected or learned
         for agent, role in game.roles.items():
             by_agent[agent].extend(game.scores[agent].tolist())
             by_role.setdefault(role, []).extend(game.scores[agent].tolist())
@@ -49,7 +47,9 @@ def evaluate(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    from train.config import build_config
+    from agents.state_io import CheckpointError
+    from cory_env.checks import SettingError
+    from train.config import _flag_value, build_config, load_config_file
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, help="a run folder: evaluate its checkpoint")
@@ -58,8 +58,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--model", help="model (default: the run's, else embedded)")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--batches", type=int, default=2)
-    parser.add_argument("--max_new_tokens", type=yaml.safe_load)
-    parser.add_argument("--task_settings", type=yaml.safe_load, default=None)
+    parser.add_argument("--max_new_tokens", type=_flag_value)
+    parser.add_argument("--task_settings", type=_flag_value, default=None)
     parser.add_argument("--seed", type=int, default=1234)
     parser.add_argument("--show", type=int, default=3, help="sample exchanges to print")
     args = parser.parse_args(argv)
@@ -70,14 +70,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             overrides[key] = getattr(args, key)
     config_file = args.run / "config.yaml" if args.run else None
     algorithm = args.algorithm
-    if config_file is not None:
-        algorithm = yaml.safe_load(config_file.read_text())["algorithm"]
-    config = build_config(config_file=config_file, overrides=overrides, algorithm=algorithm)
-    result = evaluate(config, args.batches, args.run, args.seed, args.show)
+    try:
+        if config_file is not None:
+            if not config_file.is_file():
+                parser.error(f"--run {args.run}: not a run folder (it has no config.yaml)")
+            algorithm = load_config_file(config_file).get("algorithm", algorithm)
+        config = build_config(config_file=config_file, overrides=overrides, algorithm=algorithm)
+        result = evaluate(config, args.batches, args.run, args.seed, args.show)
+    except (SettingError, FileNotFoundError, CheckpointError) as err:
+        parser.error(str(err))
     print(json.dumps(result, indent=2))
     return result
 
 
 if __name__ == "__main__":
-    sys.path[0] = str(Path(__file__).resolve().parents[1])
     main()

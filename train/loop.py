@@ -7,9 +7,7 @@ any other learner share it. One iteration = one batch of ``batch_size`` games.
 from __future__ import annotations
 
 import json
-import random
 import resource
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -21,6 +19,7 @@ from tqdm.auto import tqdm
 
 from agents.base import Learner
 from cory_env import BatchedTextGame
+from train.checkpoint import load_checkpoint, save_checkpoint
 from train.config import TrainConfig
 from train.plots import plot_run
 
@@ -39,13 +38,18 @@ def make_game(config: TrainConfig, tokenizer: Any) -> BatchedTextGame:
     )
 
 
-def play_batch(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
-    """Play one batch of games to the end and hand every learner its outcome."""
+def play_games(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
+    """Play the current batch of games to the end (evaluation stops here: nothing is kept)."""
     while not game.done:
         agent = game.agent_selection
         game.step(learners[agent].act(game.observe(agent)), agent=agent)
+
+
+def play_batch(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
+    """Play one batch of games to the end and hand every learner its rollout."""
+    play_games(game, learners)
     for agent, learner in learners.items():
-        learner.end_episode(game.observe(agent), game.rewards[agent], game.info(agent))
+        learner.end_rollout(game.observe(agent), game.rewards[agent])
 
 
 def peak_memory_mb() -> float:
@@ -58,15 +62,23 @@ def peak_memory_mb() -> float:
     return float(rss)
 
 
+def _iteration_of(line: str) -> int | None:
+    """The iteration of a log row; None for a line a crash cut short."""
+    try:
+        return int(json.loads(line)["iteration"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 class RunDirectory:
     """The files of one run: config, metrics, samples, TensorBoard, checkpoints, plots."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, first_iteration: int = 0) -> None:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.metrics_file = self.path / "metrics.jsonl"
         self.samples_file = self.path / "samples.jsonl"
-        self.checkpoint = self.path / "checkpoint"
+        self.first_iteration = first_iteration
         self._tb = None
 
     @property
@@ -74,7 +86,10 @@ class RunDirectory:
         if self._tb is None:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(str(self.path / "tensorboard"))
+            # On resume, purge_step drops the events a crashed run wrote after its checkpoint,
+            # so TensorBoard shows each iteration once.
+            purge = self.first_iteration if self.first_iteration > 0 else None
+            self._tb = SummaryWriter(str(self.path / "tensorboard"), purge_step=purge)
         return self._tb
 
     def log_metrics(self, row: dict[str, Any]) -> None:
@@ -98,59 +113,13 @@ class RunDirectory:
                 rows = [
                     line
                     for line in file.read_text().splitlines()
-                    if line and json.loads(line)["iteration"] < iteration
+                    if _iteration_of(line) is not None and _iteration_of(line) < iteration
                 ]
                 file.write_text("".join(r + "\n" for r in rows))
 
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
-
-
-def save_checkpoint(
-    run: RunDirectory, learners: dict[str, Learner], game: BatchedTextGame, iteration: int
-) -> None:
-    """Write the whole state to a temporary folder, then swap it in: never half-written."""
-    tmp = run.path / "checkpoint.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    for agent, learner in learners.items():
-        learner.save(tmp / agent)
-    torch.save(
-        {
-            "iteration": iteration,
-            "next_episode": game.next_episode,
-            "game_rng": game.np_random.bit_generator.state,
-            "torch_rng": torch.get_rng_state(),
-            "numpy_rng": np.random.get_state(),
-            "python_rng": random.getstate(),
-        },
-        tmp / "state.pt",
-    )
-    old = run.path / "checkpoint.old"
-    shutil.rmtree(old, ignore_errors=True)
-    if run.checkpoint.exists():
-        run.checkpoint.rename(old)
-    tmp.rename(run.checkpoint)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def load_checkpoint(run: RunDirectory, learners: dict[str, Learner], game: BatchedTextGame) -> int:
-    """Restore learners, roles and RNGs; returns the next iteration to run."""
-    folder = run.checkpoint
-    if not (folder / "state.pt").exists() and (run.path / "checkpoint.old" / "state.pt").exists():
-        folder = run.path / "checkpoint.old"  # a crash between the two renames
-    if not (folder / "state.pt").exists():
-        raise FileNotFoundError(f"{run.path} has no checkpoint to resume from")
-    state = torch.load(folder / "state.pt", weights_only=False)
-    for agent, learner in learners.items():
-        learner.load(folder / agent)
-    game.next_episode = state["next_episode"]
-    game.np_random.bit_generator.state = state["game_rng"]
-    torch.set_rng_state(state["torch_rng"])
-    np.random.set_state(state["numpy_rng"])
-    random.setstate(state["python_rng"])
-    return int(state["iteration"]) + 1
 
 
 def iteration_metrics(
@@ -198,13 +167,11 @@ def train(
     resume: bool = False,
 ) -> RunDirectory:
     """Run ``config.iterations`` iterations (continuing from the checkpoint if ``resume``)."""
-    run = RunDirectory(run_path)
-    start = 0
+    start = load_checkpoint(run_path, learners, game) if resume else 0
+    run = RunDirectory(run_path, first_iteration=start)
     if resume:
-        start = load_checkpoint(run, learners, game)
         run.truncate_logs(start)
-    else:
-        config.save(run.path / "config.yaml")
+    config.save(run.path / "config.yaml")  # on resume too: --iterations may have changed
     bar = tqdm(
         range(start, config.iterations),
         initial=start,
@@ -232,7 +199,7 @@ def train(
             if iteration % config.sample_every == 0 or iteration == config.iterations - 1:
                 run.log_samples(iteration, batch_samples(game, config.n_samples))
             if (iteration + 1) % config.checkpoint_every == 0 or iteration == config.iterations - 1:
-                save_checkpoint(run, learners, game, iteration)
+                save_checkpoint(run.path, learners, game, iteration)
             bar.set_postfix(
                 score=f"{row['score_mean']:+.3f}", kl=f"{row['kl_mean']:.3f}", s_it=f"{elapsed:.1f}"
             )

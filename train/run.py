@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from agents.ppo import PPOAgent, build_policies
+from agents.policy import build_policies
+from agents.ppo import PPOAgent
+from agents.state_io import CheckpointError
 from cory_env import BatchedTextGame, load_causal_lm, load_tokenizer
+from cory_env.checks import SettingError
 from train.config import TrainConfig, parse_args
 from train.loop import RunDirectory, make_game, train
+from train.summary import run_summary
 
 
 def make_accelerator(config: TrainConfig) -> Any:
@@ -74,18 +79,72 @@ def build_game_and_learners(config: TrainConfig) -> tuple[BatchedTextGame, dict[
     return game, learners
 
 
+RUN_FILES = ("config.yaml", "metrics.jsonl", "samples.jsonl", "checkpoint", "checkpoint.old")
+
+
+def check_run_path(run_path: Path, resume: bool) -> None:
+    """Refuse a folder that cannot take this run, before any model is loaded."""
+    if run_path.exists() and not run_path.is_dir():
+        raise NotADirectoryError(f"run_dir {run_path} is a file, not a folder; pick another path")
+    if resume:
+        if not run_path.is_dir():
+            raise FileNotFoundError(f"--resume {run_path}: no such run folder")
+        return
+    held = [name for name in RUN_FILES if (run_path / name).exists()]
+    if held:
+        hint = (
+            "continue it with --resume"
+            if (run_path / "checkpoint").exists() or (run_path / "checkpoint.old").exists()
+            else "it has no checkpoint to resume from (a crashed run?): delete it"
+        )
+        raise FileExistsError(
+            f"{run_path} already holds a run ({', '.join(held)}); pick a new --run_dir, or {hint}"
+        )
+
+
 def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDirectory:
     run_path = Path(resume_dir or config.run_dir or default_run_dir(config))
-    if resume_dir is None and (run_path / "checkpoint").exists():
-        raise FileExistsError(
-            f"{run_path} already holds a run; pick a new --run_dir or continue it with --resume"
-        )
+    check_run_path(run_path, resume=resume_dir is not None)
     game, learners = build_game_and_learners(config)
     run = train(config, learners, game, run_path, resume=resume_dir is not None)
-    print(f"run folder: {run.path}  (metrics.jsonl, samples.jsonl, curves.png, checkpoint/)")
+    print(run_summary(run.path))
     return run
 
 
 def main(algorithm: str, argv: list[str] | None = None) -> RunDirectory:
+    """The training scripts' entry: a bad setting, folder or checkpoint exits with one line."""
     config, resume = parse_args(argv, algorithm=algorithm)
-    return run_training(config, resume)
+    try:
+        return run_training(config, resume)
+    except (
+        FileExistsError,
+        FileNotFoundError,
+        NotADirectoryError,
+        CheckpointError,
+        SettingError,
+    ) as err:
+        raise SystemExit(f"error: {err}") from None
+
+
+def train_command(argv: list[str] | None = None) -> RunDirectory:
+    """``cory-train [--algorithm cory|ppo] ...``: the training scripts as one command.
+
+    With ``--resume RUN_DIR`` and no ``--algorithm``, the run's own algorithm is used.
+    """
+    import argparse
+
+    from train.config import ALGORITHMS, load_config_file
+
+    first = argparse.ArgumentParser(add_help=False)
+    first.add_argument("--algorithm", choices=ALGORITHMS)
+    first.add_argument("--resume")
+    known, _ = first.parse_known_args(argv)
+    algorithm = known.algorithm or "cory"
+    if known.algorithm is None and known.resume and (Path(known.resume) / "config.yaml").is_file():
+        algorithm = load_config_file(Path(known.resume) / "config.yaml").get("algorithm", "cory")
+    rest = list(sys.argv[1:] if argv is None else argv)
+    if "--algorithm" in rest:
+        i = rest.index("--algorithm")
+        del rest[i : i + 2]
+    rest = [a for a in rest if not a.startswith("--algorithm=")]
+    return main(algorithm, rest)

@@ -1,0 +1,193 @@
+"""The model plumbing of an LLM learner: a causal LM with a value head, the frozen reference.
+
+``agents/ppo.py`` keeps the algorithm; this module keeps what any LLM learner needs to
+call a Hugging Face causal LM across versions, share one base between agents (LoRA), and
+score sequences under the frozen reference.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def lm_forward(
+    lm: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    cache: Any = None,
+    use_cache: bool = False,
+    keep: int = 0,
+    **kwargs: Any,
+) -> Any:
+    """Call a HF causal LM across transformers versions (``cache`` was ``past_key_values``).
+
+    ``keep`` > 0 computes the LM head on the last ``keep`` positions only: a prompt's
+    logits are never needed, and the head is the costliest layer of a small model.
+    """
+    inner = lm.get_base_model() if hasattr(lm, "get_base_model") else lm  # peft wrapper
+    names = _forward_params(type(inner))
+    if cache is not None:
+        kwargs["cache" if "cache" in names else "past_key_values"] = cache
+    if keep and "logits_to_keep" in names:
+        kwargs["logits_to_keep"] = keep
+    out = lm(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=use_cache,
+        **kwargs,
+    )
+    if keep:
+        out.logits = out.logits[:, -keep:]
+    return out
+
+
+@functools.cache
+def _forward_params(cls: type) -> frozenset[str]:
+    return frozenset(inspect.signature(cls.forward).parameters)
+
+
+def _cache_of(out: Any) -> Any:
+    # transformers >= 5 names the field ``cache``; earlier versions ``past_key_values``.
+    field = "cache" if "cache" in type(out).__dataclass_fields__ else "past_key_values"
+    return getattr(out, field, None)
+
+
+class PolicyWithValue(nn.Module):
+    """A causal LM with a scalar value head on its last hidden state.
+
+    With LoRA several policies can wrap one ``PeftModel``, each with its own adapter:
+    the base weights are then held once for all agents.
+    """
+
+    def __init__(self, lm: nn.Module, adapter: str | None = None) -> None:
+        super().__init__()
+        self.lm = lm
+        self.adapter = adapter
+        hidden = lm.config.get_text_config().hidden_size
+        self.value_head = nn.Linear(hidden, 1)
+        nn.init.normal_(self.value_head.weight, std=1.0 / np.sqrt(hidden + 1))
+        nn.init.zeros_(self.value_head.bias)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        cache: Any = None,
+        use_cache: bool = False,
+        keep: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """Logits and values of the last ``keep`` positions (0 = all), and the KV cache."""
+        if self.adapter is not None:
+            self.lm.set_adapter(self.adapter)
+        out = lm_forward(
+            self.lm,
+            input_ids,
+            attention_mask,
+            position_ids,
+            cache=cache,
+            use_cache=use_cache,
+            keep=keep,
+            output_hidden_states=True,
+        )
+        hidden = out.hidden_states[-1][:, -keep:]
+        values = self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1)
+        return out.logits, values, _cache_of(out)
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """Exactly what this agent trains: its full LM, or (LoRA) only its own adapter,
+        plus its value head. With LoRA the shared ``PeftModel`` also holds the other
+        agents' adapters; they must never enter this agent's optimiser."""
+        if self.adapter is None:
+            return [p for p in self.parameters() if p.requires_grad]
+        marker = f".{self.adapter}."
+        own = [p for n, p in self.lm.named_parameters() if "lora_" in n and marker in n]
+        return own + list(self.value_head.parameters())
+
+    def policy_state_dict(self) -> dict[str, torch.Tensor]:
+        """What this agent owns: its adapter (LoRA) or its full LM, plus the value head."""
+        if self.adapter is not None:
+            from peft import get_peft_model_state_dict
+
+            lm_state = get_peft_model_state_dict(self.lm, adapter_name=self.adapter)
+        else:
+            lm_state = self.lm.state_dict()
+        state = {f"lm.{k}": v for k, v in lm_state.items()}
+        state.update({f"value_head.{k}": v for k, v in self.value_head.state_dict().items()})
+        return state
+
+    def load_policy_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        lm_state = {k[3:]: v for k, v in state.items() if k.startswith("lm.")}
+        head = {k[11:]: v for k, v in state.items() if k.startswith("value_head.")}
+        if self.adapter is not None:
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(self.lm, lm_state, adapter_name=self.adapter)
+        else:
+            self.lm.load_state_dict(lm_state)
+        self.value_head.load_state_dict(head)
+
+
+class Reference:
+    """The frozen reference policy, shared by every agent built from the same base.
+
+    Either a separate frozen copy of the base, or (LoRA) the shared ``PeftModel`` with
+    its adapters disabled, so no extra copy of the weights exists.
+    """
+
+    def __init__(self, lm: nn.Module, adapters_disabled: bool = False) -> None:
+        self.lm = lm
+        self.adapters_disabled = adapters_disabled
+        if not adapters_disabled:
+            lm.requires_grad_(False)
+            lm.eval()
+
+    @torch.no_grad()
+    def logits(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        keep: int = 0,
+    ) -> torch.Tensor:
+        """Logits of the last ``keep`` positions (0 = all)."""
+        base_only = self.lm.disable_adapter() if self.adapters_disabled else nullcontext()
+        with base_only:
+            return lm_forward(self.lm, input_ids, attention_mask, position_ids, keep=keep).logits
+
+
+def build_policies(
+    base_lm: nn.Module, n_agents: int, lora_config: Any = None
+) -> tuple[list[PolicyWithValue], Reference]:
+    """``n_agents`` trainable policies and one shared frozen reference from one base model.
+
+    Without LoRA each policy is a full copy of the base (the base itself becomes the
+    reference). With a peft ``LoraConfig``, all policies share the base's weights through
+    one adapter each, and the reference is the base with adapters disabled.
+    """
+    base_lm.eval()  # dropout off: the PPO ratio must compare the same function
+    if lora_config is None:
+        policies = [PolicyWithValue(copy.deepcopy(base_lm)) for _ in range(n_agents)]
+        for policy in policies:
+            policy.lm.requires_grad_(True)
+        return policies, Reference(base_lm)
+    from peft import get_peft_model
+
+    names = [f"agent_{i}" for i in range(n_agents)]
+    peft_lm = get_peft_model(base_lm, lora_config, adapter_name=names[0])
+    for name in names[1:]:
+        peft_lm.add_adapter(name, lora_config)
+    peft_lm.eval()
+    for name, param in peft_lm.named_parameters():
+        param.requires_grad_("lora_" in name)
+    return [PolicyWithValue(peft_lm, adapter=n) for n in names], Reference(peft_lm, True)

@@ -1,0 +1,188 @@
+"""Checkpoints: no code runs from a file, bad files are named, a crash never loses the last one."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cory_env
+import train.checkpoint as ckpt
+from agents.base import RandomLearner
+from agents.state_io import CheckpointError
+from tests.conftest import read_jsonl, tiny_config
+from train.config import parse_args
+from train.run import main, run_training
+
+
+class Payload:
+    """Unpickling this writes a file: proof that a pickle ran code."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+
+    def __reduce__(self):
+        return (Path.write_text, (self.target, "pwned"))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny_model_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("runs") / "run"
+    run_training(tiny_config(tiny_model_dir, path, iterations=2, checkpoint_every=1))
+    return path
+
+
+def copy_run(finished_run, tmp_path) -> Path:
+    target = tmp_path / "run"
+    shutil.copytree(finished_run, target)
+    return target
+
+
+def resume(run_path: Path, iterations: int = 3):
+    config, resume_dir = parse_args(["--resume", str(run_path), "--iterations", str(iterations)])
+    return run_training(config, resume_dir)
+
+
+@pytest.mark.parametrize(
+    "victim",
+    [
+        "checkpoint/llm_0/policy.safetensors",
+        "checkpoint/llm_1/agent.json",
+        "checkpoint/state.json",
+        "checkpoint/rng.safetensors",
+    ],
+)
+def test_a_planted_pickle_never_runs(finished_run, tmp_path, victim):
+    run_path = copy_run(finished_run, tmp_path)
+    proof = tmp_path / "proof.txt"
+    (run_path / victim).write_bytes(pickle.dumps(Payload(proof)))
+    with pytest.raises(CheckpointError, match="not a valid checkpoint file"):
+        resume(run_path)
+    assert not proof.exists()
+
+
+def test_an_old_pickled_checkpoint_is_refused_not_loaded(finished_run, tmp_path):
+    run_path = copy_run(finished_run, tmp_path)
+    proof = tmp_path / "proof.txt"
+    folder = run_path / "checkpoint"
+    shutil.rmtree(folder)
+    folder.mkdir()
+    (folder / "state.pt").write_bytes(pickle.dumps(Payload(proof)))
+    with pytest.raises(CheckpointError, match=r"state\.pt is not a valid checkpoint.*never loaded"):
+        resume(run_path)
+    assert not proof.exists()
+
+
+@pytest.mark.parametrize("victim", ["llm_0/policy.safetensors", "llm_0/state.safetensors"])
+def test_truncated_checkpoint_names_the_file(finished_run, tmp_path, victim, capsys):
+    run_path = copy_run(finished_run, tmp_path)
+    path = run_path / "checkpoint" / victim
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(CheckpointError, match=f"{path.name} is not a valid checkpoint file"):
+        resume(run_path)
+    with pytest.raises(SystemExit) as exit_info:  # the script says it in one line
+        main("cory", ["--resume", str(run_path), "--iterations", "3"])
+    assert "cannot be resumed from" in str(exit_info.value)
+
+
+def test_run_dir_of_a_crashed_run_without_checkpoint_is_refused(tiny_model_dir, tmp_path):
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    (crashed / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    with pytest.raises(FileExistsError, match="no checkpoint to resume from"):
+        run_training(tiny_config(tiny_model_dir, crashed))
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(NotADirectoryError, match="is a file"):
+        run_training(tiny_config(tiny_model_dir, a_file))
+
+
+def test_resume_drops_a_half_written_log_line(finished_run, tmp_path):
+    run_path = copy_run(finished_run, tmp_path)
+    with (run_path / "metrics.jsonl").open("a") as f:
+        f.write('{"iteration": 2, "llm_0/sco')  # the crash cut this row short
+    resume(run_path)
+    assert [r["iteration"] for r in read_jsonl(run_path / "metrics.jsonl")] == [0, 1, 2]
+
+
+# ---------------------------------------------------------------- crash-safe swap
+def small_game(tiny_tokenizer):
+    task = cory_env.custom_task(
+        ["the movie", "a film"], lambda q, r: [0.0] * len(r), max_new_tokens=2, context_length=16
+    )
+    return cory_env.batched_game(task, batch_size=2, n_agents=2, tokenizer=tiny_tokenizer)
+
+
+class Crash(Exception):
+    pass
+
+
+def crash_at(monkeypatch, step: int) -> list[int]:
+    """Make the ``step``-th rename or delete inside train.checkpoint raise ``Crash``."""
+    calls = [0]
+    real_rename, real_rmtree = Path.rename, shutil.rmtree
+
+    def counted(real):
+        def wrapper(*args, **kwargs):
+            calls[0] += 1
+            if calls[0] == step:
+                raise Crash
+            return real(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(ckpt.Path, "rename", counted(real_rename))
+    monkeypatch.setattr(ckpt.shutil, "rmtree", counted(real_rmtree))
+    return calls
+
+
+def learners(seed: int = 0):
+    return {f"llm_{i}": RandomLearner(10, seed) for i in range(2)}
+
+
+def test_a_crash_at_any_step_of_the_swap_leaves_a_loadable_checkpoint(
+    tiny_tokenizer, tmp_path, monkeypatch
+):
+    game = small_game(tiny_tokenizer)
+    game.reset(seed=0)
+    # Count the steps of one save.
+    ckpt.save_checkpoint(tmp_path / "probe", learners(), game, 0)
+    calls = crash_at(monkeypatch, step=-1)
+    ckpt.save_checkpoint(tmp_path / "probe", learners(), game, 1)
+    n_steps = calls[0]
+    monkeypatch.undo()
+    assert n_steps >= 4
+
+    for first in range(1, n_steps + 1):
+        for second in [None, *range(1, n_steps + 1)]:
+            run = tmp_path / f"run-{first}-{second}"
+            ckpt.save_checkpoint(run, learners(), game, 4)
+            crash_at(monkeypatch, step=first)
+            with pytest.raises(Crash):
+                ckpt.save_checkpoint(run, learners(), game, 5)
+            monkeypatch.undo()
+            assert ckpt.load_checkpoint(run, learners(), small_game(tiny_tokenizer)) in (5, 6)
+            if second is not None:  # a second crash while saving from the restored state
+                crash_at(monkeypatch, step=second)
+                with pytest.raises(Crash):
+                    ckpt.save_checkpoint(run, learners(), game, 6)
+                monkeypatch.undo()
+                next_it = ckpt.load_checkpoint(run, learners(), small_game(tiny_tokenizer))
+                assert next_it in (5, 6, 7), (first, second)
+
+
+def test_checkpoint_restores_game_and_rngs(tiny_tokenizer, tmp_path):
+    game = small_game(tiny_tokenizer)
+    game.reset(seed=3)
+    np.random.seed(7)
+    ckpt.save_checkpoint(tmp_path, learners(), game, 0)
+    game.reset()
+    expected = ([q.text for q in game.queries], np.random.rand())
+    fresh = small_game(tiny_tokenizer)
+    np.random.seed(99)
+    assert ckpt.load_checkpoint(tmp_path, learners(), fresh) == 1
+    fresh.reset()
+    assert ([q.text for q in fresh.queries], np.random.rand()) == expected

@@ -1,0 +1,140 @@
+"""The training config: numbers as users type them, every setting checked before any work."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cory_env.checks import SettingError
+from train.config import PRESETS, build_config, parse_args
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+@pytest.mark.parametrize(
+    ("flags", "setting", "expected"),
+    [
+        (["--learning_rate", "1e-5"], "learning_rate", 1e-5),
+        (["--learning_rate", "1E-5"], "learning_rate", 1e-5),
+        (["--learning_rate=3e-4"], "learning_rate", 3e-4),
+        (["--init_kl_coef", ".5"], "init_kl_coef", 0.5),
+        (["--lam", "-1"], "lam", -1.0),
+        (["--lam", "-0.5"], "lam", -0.5),
+        (["--lam=-1e-1"], "lam", -0.1),
+        (["--lam", "-.5"], "lam", -0.5),
+        (["--eta", "1e-3"], "eta", 1e-3),
+        (["--iterations", "1e3"], "iterations", 1000),
+    ],
+)
+def test_numbers_parse_as_numbers_whatever_the_spelling(flags, setting, expected):
+    config, _ = parse_args(flags, "cory")
+    value = getattr(config.ppo, setting, None) if setting in PPO_NAMES else getattr(config, setting)
+    assert value == pytest.approx(expected) and not isinstance(value, str)
+    assert type(value) is type(expected)
+
+
+PPO_NAMES = {"learning_rate", "init_kl_coef"}
+
+
+def readme_training_commands() -> list[list[str]]:
+    """The flags of every ``python train/{cory,ppo}.py`` line in the README that needs no run."""
+    commands = []
+    for line in README.read_text().splitlines():
+        match = re.search(r"python train/(cory|ppo)\.py\s+(.*?)(?:#.*)?$", line)
+        if match and "runs/x" not in match.group(2):
+            commands.append([match.group(1), *match.group(2).split()])
+    return commands
+
+
+def test_readme_commands_build_valid_configs():
+    commands = readme_training_commands()
+    assert len(commands) >= 4, commands
+    for algorithm, *flags in commands:
+        flags = [f for f in flags if f not in ("&&",)]
+        parse_args(flags, algorithm)
+    # The README's example flags, exactly as written there.
+    text = README.read_text()
+    example = re.search(r"`(--batch_size 64 --learning_rate 1e-5 --lam 0)`", text)
+    assert example, "the README's example flags changed: update this test"
+    config, _ = parse_args(example.group(1).split(), "cory")
+    assert config.ppo.learning_rate == 1e-5 and config.lam == 0.0 and config.batch_size == 64
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"role_exchange_period": True}, "role_exchange_period must be an integer >= 1, got True"),
+        ({"iterations": 1.5}, "iterations must be an integer >= 1, got 1.5"),
+        ({"batch_size": 0}, "batch_size must be an integer >= 1, got 0"),
+        ({"batch_size": "8"}, "batch_size must be an integer >= 1, got '8'"),
+        ({"lam": float("nan")}, "lam must be a finite number"),
+        ({"seed": -1}, "seed must be an integer >= 0"),
+        ({"lora": "yes"}, "lora must be true or false"),
+        ({"device": "gpu"}, "device must be one of"),
+        ({"max_new_tokens": [8, 4]}, "max_new_tokens"),
+        ({"task_settings": "reward=vader"}, "task_settings must be a mapping"),
+        ({"ppo": {"mini_batch_size": 0}}, "ppo: mini_batch_size must be an integer >= 1, got 0"),
+        ({"ppo": {"ppo_epochs": 2.5}}, "ppo: ppo_epochs must be an integer >= 1, got 2.5"),
+        ({"ppo": {"max_grad_norm": -1.0}}, "max_grad_norm must be a finite number > 0"),
+        ({"ppo": {"learning_rate": "1e-5x"}}, "learning_rate must be a finite number > 0"),
+        ({"ppo": {"learning_rate": -1e-5}}, "learning_rate must be a finite number > 0"),
+        ({"ppo": {"gamma": 1.5}}, "gamma must be a finite number >= 0 and <= 1"),
+        ({"ppo": {"adaptive_kl": 1}}, "adaptive_kl must be true or false"),
+        ({"ppo": {"kl_estimator": "k9"}}, "kl_estimator must be one of"),
+        ({"ppo": 3}, "ppo must be a mapping"),
+        ({"batchsize": 3}, r"unknown settings \['batchsize'\]"),
+    ],
+)
+def test_every_setting_is_checked_when_the_config_is_built(overrides, message):
+    with pytest.raises(SettingError, match=re.escape(message) if "\\" not in message else message):
+        build_config("smoke", overrides=overrides)
+
+
+def test_a_negative_grad_norm_is_refused_because_it_reverses_gradients():
+    with pytest.raises(SettingError, match="reverse the gradients"):
+        build_config(overrides={"ppo": {"max_grad_norm": -0.5}})
+
+
+def test_bad_flag_value_names_the_flag_and_value(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(["--batch_size", "[1,"], "cory")
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "--batch_size" in err and "[1," in err and "Traceback" not in err
+    with pytest.raises(SystemExit):
+        parse_args(["--ppo_epochs", "2.5"], "cory")
+    assert "ppo_epochs must be an integer >= 1, got 2.5" in capsys.readouterr().err
+
+
+def test_malformed_yaml_file_names_the_file_and_line(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("batch_size: 8\niterations: [1, 2\nlam: 1\n")
+    with pytest.raises(SettingError, match=r"bad\.yaml, line \d+: not valid YAML"):
+        build_config(config_file=path)
+    with pytest.raises(SystemExit):
+        parse_args(["--config", str(path)], "cory")
+    assert "bad.yaml, line" in capsys.readouterr().err
+    binary = tmp_path / "bin.yaml"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(SettingError, match="not UTF-8"):
+        build_config(config_file=binary)
+
+
+def test_resume_of_a_folder_without_a_run_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        parse_args(["--resume", str(tmp_path / "nothing")], "cory")
+    assert "not a run folder" in capsys.readouterr().err
+
+
+def test_saved_config_reloads_to_the_same_config(tmp_path):
+    config, _ = parse_args(["--preset", "cpu", "--learning_rate", "1e-5", "--lam", "-1"], "cory")
+    config.save(tmp_path / "c.yaml")
+    assert build_config(config_file=tmp_path / "c.yaml") == config
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_presets_hold_numbers_not_strings(preset):
+    config = build_config(preset)
+    assert isinstance(config.ppo.learning_rate, float)

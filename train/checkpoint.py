@@ -1,0 +1,134 @@
+"""A run's checkpoint: every learner, the game and the RNGs, with a loadable copy at every instant.
+
+Layout of ``RUN/checkpoint/``: one folder per agent (the learner's own files), then
+``rng.safetensors`` (torch RNG) and ``state.json`` (iteration, the game's state, Python
+and NumPy RNGs). ``state.json`` is written last, so a folder that has it is complete.
+Nothing is a pickle: a crafted file cannot run code.
+
+Saving writes ``checkpoint.tmp``, moves the current checkpoint to ``checkpoint.old``,
+moves the new one into place and only then deletes ``.old``. Folders are discarded by a
+rename to ``checkpoint.trash`` before deletion, so a half-deleted folder never looks
+complete. Loading takes the first complete folder of ``checkpoint``, ``checkpoint.old``
+and ``checkpoint.tmp`` (a crash at any step leaves one of them) and moves it into place.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from agents import state_io
+from agents.base import Learner
+from cory_env import BatchedTextGame
+
+FORMAT = 1
+MARKER = "state.json"
+
+
+def _complete(folder: Path) -> bool:
+    return (folder / MARKER).is_file()
+
+
+def _discard(folder: Path) -> None:
+    """Delete ``folder`` without ever leaving a partial copy under its own name."""
+    if not folder.exists():
+        return
+    trash = folder.with_name("checkpoint.trash")
+    shutil.rmtree(trash, ignore_errors=True)
+    folder.rename(trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def save_checkpoint(
+    run_path: Path, learners: dict[str, Learner], game: BatchedTextGame, iteration: int
+) -> None:
+    """Write the whole state of a run after ``iteration`` so that it resumes exactly."""
+    run_path = Path(run_path)
+    current, old, tmp = (run_path / n for n in ("checkpoint", "checkpoint.old", "checkpoint.tmp"))
+    _discard(tmp)
+    tmp.mkdir(parents=True)
+    for agent, learner in learners.items():
+        learner.save(tmp / agent)
+    state_io.save_tensors({"torch": torch.get_rng_state()}, tmp / "rng.safetensors")
+    numpy_state = np.random.get_state()
+    python_state = random.getstate()
+    state_io.save_json(
+        {
+            "format": FORMAT,
+            "iteration": iteration,
+            "agents": list(learners),
+            "game": game.state_dict(),
+            "numpy_rng": [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]],
+            "python_rng": [python_state[0], list(python_state[1]), python_state[2]],
+        },
+        tmp / MARKER,
+    )
+    if _complete(current):
+        _discard(old)
+        current.rename(old)
+    else:  # a crash left no complete current checkpoint: keep .old, the last good one
+        _discard(current)
+    tmp.rename(current)
+    _discard(old)
+
+
+def find_checkpoint(run_path: Path) -> Path:
+    """The complete checkpoint folder of a run, or a clear error."""
+    run_path = Path(run_path)
+    for name in ("checkpoint", "checkpoint.old", "checkpoint.tmp"):
+        folder = run_path / name
+        if _complete(folder):
+            return folder
+        if (folder / "state.pt").exists():
+            raise state_io.invalid(
+                folder / "state.pt",
+                "a pickled checkpoint of an older version; pickles can run code, so they "
+                "are never loaded",
+            )
+    raise FileNotFoundError(
+        f"{run_path} has no complete checkpoint to resume from; start a new run instead"
+    )
+
+
+def _promote(folder: Path) -> Path:
+    """Move a surviving ``.old``/``.tmp`` into place, so the next save starts from it."""
+    current = folder.with_name("checkpoint")
+    if folder != current:
+        _discard(current)
+        folder.rename(current)
+    return current
+
+
+def load_checkpoint(run_path: Path, learners: dict[str, Learner], game: BatchedTextGame) -> int:
+    """Restore learners, game and RNGs; returns the next iteration to run."""
+    folder = _promote(find_checkpoint(run_path))
+    state = state_io.require(
+        state_io.load_json(folder / MARKER),
+        ("format", "iteration", "agents", "game", "numpy_rng", "python_rng"),
+        folder / MARKER,
+    )
+    if state["format"] != FORMAT:
+        raise state_io.invalid(folder / MARKER, f"unknown format {state['format']!r}")
+    if sorted(state["agents"]) != sorted(learners):
+        raise state_io.invalid(
+            folder / MARKER,
+            f"it holds agents {state['agents']} but this run has {sorted(learners)}",
+        )
+    rng = state_io.load_tensors(folder / "rng.safetensors")
+    for agent, learner in learners.items():
+        learner.load(folder / agent)
+    try:
+        game.load_state_dict(state["game"])
+        torch.set_rng_state(rng["torch"])
+        name, keys, *rest = state["numpy_rng"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
+        version, internal, gauss = state["python_rng"]
+        random.setstate((version, tuple(internal), gauss))
+        iteration = int(state["iteration"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as err:
+        raise state_io.invalid(folder / MARKER, f"inconsistent run state: {err!r}") from None
+    return iteration + 1

@@ -1,0 +1,53 @@
+"""The few lines printed when a run ends: what it learned, what it cost, where it lies."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} TB"  # pragma: no cover
+
+
+def run_summary(run_path: Path) -> str:
+    """First and last task score and KL per agent, s/iteration, peak memory, folder, disk."""
+    run_path = Path(run_path)
+    rows = [
+        json.loads(line)
+        for line in (run_path / "metrics.jsonl").read_text().splitlines()
+        if line.strip()
+    ]
+    if not rows:
+        return f"run folder: {run_path} (no iterations logged)"
+    first, last = rows[0], rows[-1]
+    agents = sorted({k.split("/")[0] for k in first if k.startswith("llm_")})
+    lines = [f"run summary ({len(rows)} iterations, {first['iteration']}..{last['iteration']})"]
+    lines.append(f"  {'agent':<8} {'score first -> last':>22} {'KL first -> last':>22}")
+    for agent in agents:
+        s0, s1 = first.get(f"{agent}/score", float("nan")), last.get(f"{agent}/score", 0.0)
+        k0, k1 = first.get(f"{agent}/kl", float("nan")), last.get(f"{agent}/kl", 0.0)
+        lines.append(f"  {agent:<8} {s0:>+10.3f} -> {s1:<+9.3f} {k0:>10.3f} -> {k1:<9.3f}")
+    times = [r["time/iteration_s"] for r in rows[1:]] or [rows[0]["time/iteration_s"]]
+    peak = max(r.get("memory/peak_mb", 0.0) for r in rows)
+    lines.append(
+        f"  {sum(times) / len(times):.1f} s/iteration (after the first), "
+        f"peak memory {peak / 1024:.1f} GB"
+    )
+    checkpoint = run_path / "checkpoint"
+    ckpt = ""
+    if checkpoint.exists():
+        ckpt = f", of which checkpoint/ {human_bytes(folder_bytes(checkpoint))}"
+    lines.append(
+        f"  run folder: {run_path} ({human_bytes(folder_bytes(run_path))} on disk{ckpt}; "
+        "metrics.jsonl, samples.jsonl, curves.png, tensorboard/, checkpoint/)"
+    )
+    return "\n".join(lines)
