@@ -4,6 +4,7 @@ prompts, turn ends, rewards, batched vs AEC equivalence, bad input and spaces.""
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 import warnings
 
@@ -161,6 +162,63 @@ def test_reset_roles_at_a_given_episode(tiny_tokenizer) -> None:
     assert env.observe("llm_0")["role"] == 1
     env.reset()
     assert env.infos["llm_0"]["episode"] == 6 and env.agent_selection == "llm_1"
+
+
+def test_state_dict_resumes_the_next_episode(tiny_tokenizer) -> None:
+    """A game restored from its (JSON-stored) state plays the episode it would have played."""
+    queries = [f"the movie {w}" for w in "one two three four five six seven eight".split()]
+
+    def make():
+        task = custom_task(queries, word_count, name="words")
+        return batched_game(task, batch_size=3, max_new_tokens=(1, 9), tokenizer=tiny_tokenizer)
+
+    def play(game):
+        game.reset()
+        while not game.done:
+            game.step(np.full(game.batch_size, 3), agent=game.agent_selection)
+        return [q.text for q in game.queries], game.budget, game.agents_by_role
+
+    game = make()
+    game.reset(seed=7)
+    play(game)
+    state = game.state_dict()
+    stored = json.dumps(state)
+    assert json.loads(stored) == state  # plain JSON: ints, strings and dicts only
+    third = play(game)
+    assert game.state_dict() != state
+
+    fresh = make()
+    fresh.load_state_dict(json.loads(stored))
+    assert fresh.next_episode == 2
+    assert play(fresh) == third  # same queries, budget and roles
+    assert fresh.state_dict() == game.state_dict()
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda s: s.pop("rng"), r"missing keys \['rng'\]"),
+        (lambda s: s.update(extra=1), r"unknown keys \['extra'\]"),
+        (lambda s: s.update(next_episode=-1), r"next_episode must be an integer >= 0, got -1"),
+        (lambda s: s.update(next_episode="2"), r"next_episode must be an integer"),
+        (lambda s: s.update(next_episode=True), r"next_episode must be an integer"),
+        (lambda s: s.update(rng=[1, 2]), r"'rng' must be the state of a PCG64 generator"),
+        (lambda s: s["rng"].update(bit_generator="MT19937"), r"state of a PCG64 generator"),
+        (lambda s: s["rng"].pop("state"), r"'rng' is not a PCG64 state"),
+        (lambda s: s["rng"].update(state="x"), r"'rng' is not a PCG64 state"),
+    ],
+)
+def test_load_state_dict_refuses_invalid_state(tiny_tokenizer, change, message) -> None:
+    game = batched_game(tiny_task(), batch_size=2, tokenizer=tiny_tokenizer)
+    game.reset(seed=0)
+    before = game.state_dict()
+    state = json.loads(json.dumps(before))
+    change(state)
+    with pytest.raises(ValueError, match=rf"game state is not valid: .*{message}"):
+        game.load_state_dict(state)
+    assert game.state_dict() == before  # a refused state changes nothing
+    with pytest.raises(ValueError, match="game state is not valid"):
+        game.load_state_dict(None)
 
 
 # ---------------------------------------------------------------- 3. heterogeneous prompts
