@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+import cory_env
+from cory_env import batched_game, custom_task, register_task
 from cory_env.rewards import AnswerCheckReward, ClassifierSentimentReward, VaderSentimentReward
-from cory_env.tasks import Query, Task, TaskFunctionError, available_tasks, make_task
+from cory_env.tasks import (
+    Query,
+    Task,
+    TaskFunctionError,
+    available_tasks,
+    make_task,
+    registry,
+    task_needs_tokenizer,
+)
 from cory_env.tasks.arith import EXAMPLE, generate_arith_problems
 from cory_env.tasks.gsm8k import EXAMPLE_ANSWER, EXAMPLE_QUESTION, load_fixture
 from cory_env.tasks.imdb import load_openings
@@ -23,6 +34,94 @@ def test_registry_and_errors() -> None:
         make_task("nope")
     with pytest.raises(ValueError, match="task 'arith'.*colour"):
         make_task("arith", colour="red")
+
+
+def test_no_import_cycles_in_cory_env() -> None:
+    """Module-level imports inside cory_env form no cycle, and none is hidden from the check
+    under TYPE_CHECKING (a package's __init__ importing its own modules is not a cycle)."""
+    root = Path(cory_env.__file__).parent
+    modules = {}
+    for file in root.rglob("*.py"):
+        parts = file.relative_to(root.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = file
+    graph: dict[str, set[str]] = {}
+    for name, file in modules.items():
+        source = file.read_text(encoding="utf-8")
+        assert "TYPE_CHECKING" not in source, name
+        edges = set()
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cory_env"):
+                for alias in node.names:
+                    sub = f"{node.module}.{alias.name}"
+                    edges.add(sub if sub in modules else node.module)
+            elif isinstance(node, ast.Import):
+                edges |= {a.name for a in node.names if a.name.startswith("cory_env")}
+        graph[name] = edges
+
+    def visit(name: str, path: list[str]) -> None:
+        assert name not in path, " -> ".join([*path, name])
+        for nxt in graph.get(name, ()):
+            visit(nxt, [*path, name])
+
+    for name in graph:
+        visit(name, [])
+    leaves = ("cory_env.query", "cory_env.answer_check", "cory_env.checks", "cory_env.models")
+    assert all(not graph[leaf] for leaf in leaves)
+    assert "cory_env.answer_check" in graph["cory_env.rewards"]
+
+
+@pytest.fixture()
+def scratch_registry():
+    """Tasks registered by a test are removed after it."""
+    before = dict(registry._REGISTRY)
+    yield
+    registry._REGISTRY.clear()
+    registry._REGISTRY.update(before)
+
+
+def test_registry_declares_the_tokenizer_need(scratch_registry, tiny_tokenizer) -> None:
+    seen = {}
+
+    @register_task("wants_tok", needs_tokenizer=True)
+    def make_wants(tokenizer=None, **settings):
+        seen["wants"] = tokenizer
+        return custom_task(["the movie"], lambda q, r: [0.0] * len(r), name="wants_tok")
+
+    @register_task("no_tok")
+    def make_no(**settings):  # accepts anything, but did not ask for a tokenizer
+        seen["no"] = settings
+        return custom_task(["the movie"], lambda q, r: [0.0] * len(r), name="no_tok")
+
+    assert task_needs_tokenizer("wants_tok") and not task_needs_tokenizer("no_tok")
+    assert task_needs_tokenizer("imdb") and not task_needs_tokenizer("arith")
+    batched_game("wants_tok", tokenizer=tiny_tokenizer)
+    assert seen["wants"] is tiny_tokenizer  # the pioneer seat's tokenizer
+    batched_game("no_tok", tokenizer=tiny_tokenizer)
+    assert seen["no"] == {}
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        task_needs_tokenizer("nope")
+
+
+def test_registry_refuses_nonsense(scratch_registry) -> None:
+    def make(**settings):
+        return custom_task(["q"], lambda q, r: [0.0] * len(r))
+
+    with pytest.raises(ValueError, match="task 'arith' is already registered.*replace=True"):
+        register_task("arith")(make)
+    assert make_task("arith").name == "arith"
+    register_task("arith", replace=True)(make)
+    assert make_task("arith").name == "custom"
+    message = r"register_task: name must be a non-empty string.*use @register_task\('name'\)"
+    with pytest.raises(ValueError, match=message):
+        register_task(make)
+    with pytest.raises(ValueError, match="needs_tokenizer must be true or false, got 1"):
+        register_task("x", needs_tokenizer=1)
+    with pytest.raises(TypeError, match="decorates a task factory"):
+        register_task("x")("not a function")
+    register_task("not_a_task")(lambda **s: ["q"])
+    message = "task 'not_a_task': its factory .* must return a Task, got list"
+    with pytest.raises(TypeError, match=message):
+        make_task("not_a_task")
 
 
 def test_task_score_rejects_bad_reward_output() -> None:
@@ -221,6 +320,127 @@ def test_gsm8k_local_file_and_errors(tmp_path: Path) -> None:
         make_task("gsm8k", dataset=str(no_final))
     with pytest.raises(FileNotFoundError, match="gone.jsonl does not exist.*dataset=None"):
         make_task("gsm8k", dataset=str(tmp_path / "gone.jsonl"))
+
+
+# ---------------------------------------------------------------- local data files
+
+
+def _gsm8k_line(answer: str = "2+2=4\n#### 4") -> str:
+    return json.dumps({"question": "What is 2 + 2?", "answer": answer})
+
+
+@pytest.mark.parametrize(
+    ("task", "name", "content", "error", "message"),
+    [
+        (
+            "gsm8k",
+            "a.jsonl",
+            _gsm8k_line() + "\n{not json\n",
+            ValueError,
+            r"a.jsonl, line 2: not valid JSON \(.*column 2\): '\{not json'",
+        ),
+        (
+            "gsm8k",
+            "a.jsonl",
+            _gsm8k_line() + "\n\n[1, 2]\n",
+            ValueError,
+            r"a.jsonl, line 3: expected a JSON object .*got list",
+        ),
+        (
+            "gsm8k",
+            "a.json",
+            "[" + _gsm8k_line() + ",\n oops]",
+            ValueError,
+            r"a.json, line 2: not valid JSON",
+        ),
+        ("gsm8k", "a.jsonl", "", ValueError, r"task 'gsm8k': .*a.jsonl is empty"),
+        ("gsm8k", "a.jsonl", "\n  \n", ValueError, r"a.jsonl is empty"),
+        ("gsm8k", "a.json", "[]", ValueError, r"a.json has no records"),
+        (
+            "gsm8k",
+            "a.jsonl",
+            b'{"question": "caf\xe9"}\n',
+            ValueError,
+            r"a.jsonl is not UTF-8 text: byte 0xe9 on line 1",
+        ),
+        (
+            "gsm8k",
+            "a.jsonl",
+            _gsm8k_line() + "\n" + _gsm8k_line("so\n#### four") + "\n",
+            ValueError,
+            r"a.jsonl, line 2: .*after '####' is not a number: 'four'",
+        ),
+        (
+            "gsm8k",
+            "a.jsonl",
+            _gsm8k_line("#### 5 apples"),
+            ValueError,
+            r"line 1: .*not a number: '5 apples'",
+        ),
+        (
+            "gsm8k",
+            "a.jsonl",
+            json.dumps({"question": "q", "answer": 4}),
+            ValueError,
+            r"a.jsonl, line 1: 'answer' must be text, got int '4'",
+        ),
+        (
+            "gsm8k",
+            "a.jsonl",
+            json.dumps({"question": " ", "answer": "#### 4"}),
+            ValueError,
+            r"a.jsonl, line 1 has an empty question",
+        ),
+        (
+            "imdb",
+            "r.jsonl",
+            '{"text": "good"}\n{"text": "bad",}\n',
+            ValueError,
+            r"task 'imdb': .*r.jsonl, line 2: not valid JSON",
+        ),
+        (
+            "imdb",
+            "r.jsonl",
+            '{"text": "good"}\n{"text": null}\n',
+            ValueError,
+            r"r.jsonl, line 2: 'text' must be text, got NoneType",
+        ),
+        ("imdb", "r.jsonl", "", ValueError, r"r.jsonl is empty"),
+        (
+            "imdb",
+            "r.txt",
+            b"one good film\nbad \xff\xfe\n",
+            ValueError,
+            r"r.txt is not UTF-8 text: byte 0xff on line 2",
+        ),
+        ("imdb", "r.txt", "\n\n", ValueError, r"r.txt is empty"),
+    ],
+)
+def test_bad_local_data_files(tmp_path: Path, task, name, content, error, message) -> None:
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    with pytest.raises(error, match=message):
+        make_task(task, dataset=str(path))
+
+
+def test_local_data_file_forms(tmp_path: Path) -> None:
+    array = tmp_path / "problems.json"
+    array.write_text(json.dumps([json.loads(_gsm8k_line()), json.loads(_gsm8k_line("#### 7"))]))
+    assert [q.answer for q in make_task("gsm8k", dataset=array).queries] == ["4", "7"]  # a Path
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes("\ufeff".encode() + (_gsm8k_line() + "\r\n").encode())  # BOM, CRLF
+    assert [q.answer for q in make_task("gsm8k", dataset=str(bom)).queries] == ["4"]
+    texts = tmp_path / "reviews.txt"
+    texts.write_text("A line\u2028with a separator\n\nSecond review here\n", encoding="utf-8")
+    task = make_task("imdb", dataset=str(texts), min_query_tokens=8, max_query_tokens=8)
+    assert [q.text for q in task.queries] == ["A line with a separator", "Second review here"]
+    with pytest.raises(ValueError, match="task 'gsm8k': dataset must be a non-empty string"):
+        make_task("gsm8k", dataset=3)
+    with pytest.raises(FileNotFoundError, match="r.csv does not exist.*dataset=None"):
+        make_task("imdb", dataset=str(tmp_path / "r.csv"))
 
 
 # --------------------------------------------------------------------------- arith
