@@ -300,7 +300,7 @@ class PPOAgent:
         """One PPO update on the rollout collected since the last call."""
         if self.rollout is None:
             raise RuntimeError("learn() before any end_rollout(): nothing was collected")
-        cfg, ro, dev = self.config, self.rollout, self.device
+        cfg, ro = self.config, self.rollout
         self.rollout = None
         mask = ro.mask.float()
         ids, seq_mask, pos = ro.sequences()
@@ -319,49 +319,44 @@ class PPOAgent:
         if cfg.whiten_advantages:
             advantages = pm.masked_whiten(advantages, mask)
 
+        # The batch tensors, built once; every mini-batch is a set of rows of them.
+        data = {
+            "ids": ids, "attention": seq_mask, "positions": pos, "tokens": ro.tokens,
+            "old_logprobs": ro.logprobs, "old_values": ro.values,
+            "advantages": advantages, "returns": returns, "mask": mask,
+        }  # fmt: skip
         # Epochs of shuffled mini-batches; each mini-batch accumulates its micro-batches.
         micro = cfg.mini_batch_size // cfg.gradient_accumulation_steps
         stats: dict[str, list[float]] = defaultdict(list)
         for _ in range(cfg.ppo_epochs):
-            for batch in torch.randperm(B, generator=self.shuffle_generator).split(
-                cfg.mini_batch_size
-            ):
+            order = torch.randperm(B, generator=self.shuffle_generator)
+            for batch in order.split(cfg.mini_batch_size):
                 self.optimizer.zero_grad(set_to_none=True)
                 for rows in batch.split(micro):
-                    m = mask[rows].to(dev)
+                    mb = {k: v[rows].to(self.device) for k, v in data.items()}
                     with self.accelerator.autocast():
                         logits, values, _ = self.policy(
-                            ids[rows].to(dev),
-                            seq_mask[rows].to(dev),
-                            pos[rows].to(dev),
-                            keep=T + 1,
+                            mb["ids"], mb["attention"], mb["positions"], keep=T + 1
                         )
                     logprobs_all = torch.log_softmax(response_logits(logits, T), dim=-1)
-                    new_logprobs = logprobs_all.gather(-1, ro.tokens[rows, :, None].to(dev))
+                    logprobs = logprobs_all.gather(-1, mb["tokens"][..., None]).squeeze(-1)
                     pg_loss, pg_stats = pm.policy_loss(
-                        new_logprobs.squeeze(-1),
-                        ro.logprobs[rows].to(dev),
-                        advantages[rows].to(dev),
-                        m,
-                        cfg.clip_range,
+                        logprobs, mb["old_logprobs"], mb["advantages"], mb["mask"], cfg.clip_range
                     )
                     vf_loss, vf_stats = pm.value_loss(
-                        values[:, :-1].float(),
-                        ro.values[rows].to(dev),
-                        returns[rows].to(dev),
-                        m,
+                        values[:, :-1].float(), mb["old_values"], mb["returns"], mb["mask"],
                         cfg.clip_range_value,
-                    )
+                    )  # fmt: skip
                     loss = pg_loss + cfg.vf_coef * vf_loss
                     self.accelerator.backward(loss * len(rows) / len(batch))
 
-                    entropy = -(logprobs_all.detach().exp() * logprobs_all.detach()).sum(-1)
-                    stats["ppo/loss_policy"].append(pg_loss.item())
-                    stats["ppo/loss_value"].append(vf_loss.item())
-                    stats["ppo/loss_total"].append(loss.item())
-                    stats["ppo/entropy"].append(float(pm.masked_mean(entropy, m)))
-                    for k, v in {**pg_stats, **vf_stats}.items():
-                        stats[f"ppo/{k}"].append(float(v))
+                    with torch.no_grad():
+                        entropy = -(logprobs_all.exp() * logprobs_all).sum(-1)
+                    step_stats = {"loss_policy": pg_loss, "loss_value": vf_loss, "loss_total": loss,
+                                  "entropy": pm.masked_mean(entropy, mb["mask"]),
+                                  **pg_stats, **vf_stats}  # fmt: skip
+                    for k, v in step_stats.items():
+                        stats[f"ppo/{k}"].append(v.item())
                 if cfg.max_grad_norm is not None:
                     norm = self.accelerator.clip_grad_norm_(
                         self.model.trainable_parameters(), cfg.max_grad_norm
