@@ -283,7 +283,7 @@ class BatchedTextGame:
         generator = np.random.Generator(type(self.np_random.bit_generator)())
         try:
             generator.bit_generator.state = dict(rng_state)
-        except (TypeError, ValueError, KeyError) as err:
+        except (TypeError, ValueError, KeyError, OverflowError) as err:
             raise invalid(f"'rng' is not a {kind} state ({err!r})") from None
         self.np_random = generator
         self.next_episode = episode

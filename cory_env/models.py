@@ -35,23 +35,19 @@ def ensure_pad_token(tokenizer: Any) -> Any:
     matter; EOS is the one every causal LM tokenizer has.
     """
     if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None:
-            raise _no_pad_error(tokenizer)
-        tokenizer.pad_token = tokenizer.eos_token
+        tokenizer.pad_token_id = pad_token_id(tokenizer)
     return tokenizer
 
 
 def pad_token_id(tokenizer: Any) -> int:
-    """The id that pads ``tokenizer``'s batches: its pad token, else EOS (the rule of
-    :func:`ensure_pad_token`, without changing the tokenizer)."""
+    """The id that pads ``tokenizer``'s batches: its pad token, else EOS.
+
+    The one place that rule is written; :func:`ensure_pad_token` applies it to the tokenizer.
+    """
     for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
         if candidate is not None:
             return int(candidate)
-    raise _no_pad_error(tokenizer)
-
-
-def _no_pad_error(tokenizer: Any) -> ValueError:
-    return ValueError(
+    raise ValueError(
         f"tokenizer {type(tokenizer).__name__} has neither a pad nor an EOS token; set "
         "tokenizer.pad_token before using it"
     )
