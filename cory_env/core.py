@@ -191,8 +191,12 @@ class BatchedTextGame:
             items = list(tokenizer)
         elif isinstance(tokenizer, Mapping):
             missing = [a for a in self.possible_agents if a not in tokenizer]
-            if missing:
-                raise ValueError(f"tokenizer mapping has no entry for agents {missing}")
+            unknown = [a for a in tokenizer if a not in self.possible_agents]
+            if missing or unknown:
+                raise ValueError(
+                    f"game: the tokenizer mapping must have one entry per agent "
+                    f"{self.possible_agents}; missing {missing}, unknown {unknown}"
+                )
             items = [tokenizer[a] for a in self.possible_agents]
         else:
             items = [tokenizer] * self.n_agents
@@ -298,6 +302,7 @@ class BatchedTextGame:
         if options is not None and not isinstance(options, Mapping):
             raise TypeError(f"reset: options must be a dict, got {type(options).__name__}")
         if seed is not None:
+            seed = checks.integer(seed, "seed", minimum=0, where="reset")
             self.np_random, _ = seeding.np_random(seed)
         if options and "episode" in options:
             self.next_episode = checks.integer(

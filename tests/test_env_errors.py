@@ -250,6 +250,14 @@ def test_wrong_kinds_of_task_tokenizer_and_options(tiny_tokenizer) -> None:
         game.reset(options=["episode", 2])
     game.reset(options={"episode": 3, "other": 1})  # other keys are PettingZoo's business
     assert game.episode == 3
+    for seed in (True, -1, 1.5, "0"):
+        with pytest.raises(ValueError, match=r"reset: seed must be an integer >= 0"):
+            game.reset(seed=seed)
+    game.reset(seed=np.int64(4))
+    message = r"one entry per agent \['llm_0', 'llm_1'\]; missing \[\], unknown \['llm_2'\]"
+    with pytest.raises(ValueError, match=message):
+        tokenizers = {f"llm_{i}": tiny_tokenizer for i in range(3)}
+        batched_game(custom_task(QUERIES, word_count), tokenizer=tokenizers)
 
 
 @pytest.mark.parametrize(
