@@ -1,7 +1,8 @@
 """The learner protocol: what any player of the game (LLM or not) must offer the loop.
 
-The training loop talks to learners through these five methods only, so any learner can
-take any seat of ``cory_env``'s batched game. One *rollout* is one batch of B games::
+The training loop and evaluation talk to learners through these six methods only, so any
+learner can take any seat of ``cory_env``'s batched game. One *rollout* is one batch of
+B games::
 
     game.reset()
     while not game.done:
@@ -11,7 +12,8 @@ take any seat of ``cory_env``'s batched game. One *rollout* is one batch of B ga
         learner.end_rollout(game.observe(agent), game.rewards[agent])
     stats = {agent: learner.learn() for agent, learner in learners.items()}
 
-Evaluation plays the same games without ``end_rollout``, so nothing is collected.
+Evaluation plays the same games without ``end_rollout`` (so nothing is collected) and asks
+each learner for ``turn_stats(game.observe(agent))``.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 @runtime_checkable
 class Learner(Protocol):
-    """A seat-agnostic learner; roles come in ``obs["role"]`` and ``info["role"]``."""
+    """A seat-agnostic learner; the role comes in ``obs["role"]`` (0 = pioneer)."""
 
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """One token id per game (shape ``(B,)``) for a batched observation."""
@@ -40,6 +42,18 @@ class Learner(Protocol):
 
     def load(self, path: Path) -> None:
         """Restore what :meth:`save` wrote."""
+
+    def turn_stats(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Per-game statistics of this seat's last turn, for evaluation (``{}`` if none).
+
+        LLM learners give ``kl`` (summed KL to their reference), ``logprob`` (summed),
+        ``entropy`` (mean per token) and ``value`` (the critic's estimate at the answer's
+        last token, which the MoE baseline uses to pick an answer); each of shape (B,).
+        ``obs`` is the seat's final observation (its ``num_generated`` masks the turn).
+        """
+
+
+PROTOCOL_METHODS = ("act", "end_rollout", "learn", "save", "load", "turn_stats")
 
 
 class RandomLearner:
@@ -65,3 +79,6 @@ class RandomLearner:
 
     def load(self, path: Path) -> None:
         self.rollouts = int(np.load(Path(path) / "rng.npy")[0])
+
+    def turn_stats(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        return {}

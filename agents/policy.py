@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
 
@@ -166,28 +167,53 @@ class Reference:
             return lm_forward(self.lm, input_ids, attention_mask, position_ids, keep=keep).logits
 
 
+class ModelPool:
+    """Each base model loaded once; the seats of one base share its frozen reference.
+
+    Without LoRA a seat's policy is a full copy of its base and the base itself is the
+    reference. With LoRA the seats of one base share its weights through one adapter
+    each, and the reference is the base with adapters disabled. Seats of different
+    bases (heterogeneous pairs) each get their own base and reference.
+    """
+
+    def __init__(self, load: Callable[[str], nn.Module], lora_config: Any = None) -> None:
+        self._load = load
+        self.lora_config = lora_config
+        self._bases: dict[str, nn.Module] = {}
+        self._references: dict[str, Reference] = {}
+
+    def policy(self, model: str, adapter: str) -> tuple[PolicyWithValue, Reference]:
+        """A new trainable policy of ``model`` (LoRA: adapter ``adapter``) and its reference."""
+        if model not in self._bases:
+            base = self._load(model)
+            base.eval()  # dropout off: the PPO ratio must compare the same function
+            self._bases[model] = base
+        base = self._bases[model]
+        if self.lora_config is None:
+            lm = copy.deepcopy(base).requires_grad_(True)
+            reference = self._references.setdefault(model, Reference(base))
+            return PolicyWithValue(lm), reference
+        from peft import get_peft_model
+
+        if model not in self._references:
+            peft_lm = get_peft_model(base, self.lora_config, adapter_name=adapter)
+            self._references[model] = Reference(peft_lm, adapters_disabled=True)
+        else:
+            peft_lm = self._references[model].lm
+            peft_lm.add_adapter(adapter, self.lora_config)
+        peft_lm.eval()
+        for name, param in peft_lm.named_parameters():
+            if "lora_" not in name:
+                param.requires_grad_(False)
+            elif f".{adapter}." in name:
+                param.requires_grad_(True)
+        return PolicyWithValue(peft_lm, adapter=adapter), self._references[model]
+
+
 def build_policies(
     base_lm: nn.Module, n_agents: int, lora_config: Any = None
 ) -> tuple[list[PolicyWithValue], Reference]:
-    """``n_agents`` trainable policies and one shared frozen reference from one base model.
-
-    Without LoRA each policy is a full copy of the base (the base itself becomes the
-    reference). With a peft ``LoraConfig``, all policies share the base's weights through
-    one adapter each, and the reference is the base with adapters disabled.
-    """
-    base_lm.eval()  # dropout off: the PPO ratio must compare the same function
-    if lora_config is None:
-        policies = [PolicyWithValue(copy.deepcopy(base_lm)) for _ in range(n_agents)]
-        for policy in policies:
-            policy.lm.requires_grad_(True)
-        return policies, Reference(base_lm)
-    from peft import get_peft_model
-
-    names = [f"agent_{i}" for i in range(n_agents)]
-    peft_lm = get_peft_model(base_lm, lora_config, adapter_name=names[0])
-    for name in names[1:]:
-        peft_lm.add_adapter(name, lora_config)
-    peft_lm.eval()
-    for name, param in peft_lm.named_parameters():
-        param.requires_grad_("lora_" in name)
-    return [PolicyWithValue(peft_lm, adapter=n) for n in names], Reference(peft_lm, True)
+    """``n_agents`` trainable policies and one shared frozen reference from one base model."""
+    pool = ModelPool(lambda _: base_lm, lora_config)
+    pairs = [pool.policy("base", f"agent_{i}") for i in range(n_agents)]
+    return [policy for policy, _ in pairs], pairs[0][1]

@@ -33,6 +33,7 @@ from transformers import (
 from agents import ppo_math as pm
 from agents import state_io
 from agents.policy import PolicyWithValue, Reference
+from agents.registry import Seat, register_learner
 from cory_env import checks
 
 FORMAT = 1
@@ -127,6 +128,7 @@ class Turn:
     logprobs: list[torch.Tensor] = field(default_factory=list)
     values: list[torch.Tensor] = field(default_factory=list)
     full_logprobs: list[torch.Tensor] = field(default_factory=list)
+    entropies: list[torch.Tensor] = field(default_factory=list)
 
     @classmethod
     def start(cls, obs: dict[str, np.ndarray], device: torch.device) -> Turn:
@@ -168,6 +170,9 @@ def response_logits(logits: torch.Tensor, steps: int) -> torch.Tensor:
 # ----------------------------------------------------------------------------- agent
 class PPOAgent:
     """One PPO learner (a :class:`agents.base.Learner`): policy, critic, optimiser, KL control."""
+
+    name = "ppo"
+    """The registered name, written into the agent's checkpoint."""
 
     def __init__(
         self,
@@ -248,19 +253,20 @@ class PPOAgent:
         turn.tokens.append(action.cpu())
         turn.logprobs.append(logprobs.gather(-1, action[:, None]).squeeze(-1).cpu())
         turn.values.append(values[:, -1].float().cpu())
+        turn.entropies.append(torch.distributions.Categorical(logits=logits).entropy().cpu())
         if self.config.kl_estimator == "full":
             turn.full_logprobs.append(logprobs.cpu())
         return action.cpu().numpy()
 
-    def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
-        """Close the turn: keep the tokens the game accepted and the rewards it paid."""
-        turn, self._turn = self._turn, None
+    def _close_turn(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> Rollout:
+        """The turn as a rollout: the tokens the game accepted and the rewards it paid."""
+        turn = self._turn
         if turn is None or not turn.tokens:
             raise RuntimeError("end_rollout() without a turn: act() was never called this game")
         accepted = torch.as_tensor(np.asarray(obs["num_generated"]), dtype=torch.long)
         mask = (torch.arange(len(turn.tokens))[None, :] < accepted[:, None]).long()
         tokens = torch.stack(turn.tokens, dim=1)
-        self.rollout = Rollout(
+        return Rollout(
             prompt_ids=turn.prompt_ids,
             prompt_mask=turn.prompt_mask,
             tokens=torch.where(mask.bool(), tokens, self.pad_token_id),
@@ -270,6 +276,28 @@ class PPOAgent:
             full_logprobs=torch.stack(turn.full_logprobs, dim=1) if turn.full_logprobs else None,
             rewards=torch.as_tensor(np.asarray(rewards), dtype=torch.float32),
         )
+
+    def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
+        """Keep the finished turn for :meth:`learn`."""
+        self.rollout = self._close_turn(obs, rewards)
+        self._turn = None
+
+    def turn_stats(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Summed KL to the reference, summed log-prob, mean entropy and final value per game."""
+        if self._turn is None or not self._turn.tokens:
+            return {}
+        rollout = self._close_turn(obs, np.zeros(len(obs["num_generated"])))
+        mask = rollout.mask.float()
+        lengths = mask.sum(dim=1)
+        last = (lengths.long() - 1).clamp(min=0)[:, None]
+        entropy = torch.stack(self._turn.entropies, dim=1)
+        return {
+            "kl": self.reference_kl(rollout).sum(dim=1).numpy(),
+            "logprob": rollout.logprobs.sum(dim=1).numpy(),
+            "entropy": ((entropy * mask).sum(dim=1) / lengths.clamp(min=1)).numpy(),
+            "value": rollout.values.gather(1, last).squeeze(1).numpy(),
+            "length": lengths.numpy(),
+        }
 
     # ------------------------------------------------------------------ learning
     @torch.no_grad()
@@ -395,7 +423,7 @@ class PPOAgent:
         state_io.save_json(
             {
                 "format": FORMAT,
-                "learner": "ppo",
+                "learner": self.name,
                 "optimizer": optimizer_rest,
                 "kl_ctl": self.kl_ctl.state_dict(),
                 "score_moments": self.score_moments.state_dict(),
@@ -420,6 +448,11 @@ class PPOAgent:
         )
         if meta["format"] != FORMAT:
             raise state_io.invalid(path / "agent.json", f"unknown format {meta['format']!r}")
+        if meta.get("learner", self.name) != self.name:
+            raise state_io.invalid(
+                path / "agent.json",
+                f"it holds a {meta['learner']!r} learner, this seat plays {self.name!r}",
+            )
         policy = state_io.load_tensors(path / "policy.safetensors")
         tensors = state_io.load_tensors(path / "state.safetensors")
         try:
@@ -439,3 +472,12 @@ class PPOAgent:
             self.score_moments.load_state_dict(meta["score_moments"])
         except (KeyError, ValueError, TypeError, RuntimeError) as err:
             raise state_io.invalid(path, f"inconsistent agent state: {err!r}") from None
+
+
+@register_learner("ppo", config=PPOConfig)
+def make_ppo_agent(seat: Seat) -> PPOAgent:
+    """Token-level PPO with a value head (TRL 0.7 formulation, as the official CORY code)."""
+    policy, reference = seat.models.policy(seat.model, seat.agent)
+    return PPOAgent(
+        policy, reference, seat.settings, seat.pad_token_id, seat.accelerator, seed=seat.seed
+    )

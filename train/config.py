@@ -21,19 +21,37 @@ import yaml
 from agents.ppo import PPO_SETTINGS, PPOConfig
 from cory_env import checks
 from cory_env.tasks.base import budget_range
+from train.algorithms import ALGORITHMS, algorithm_defaults
 
 
 @dataclass
 class TrainConfig:
-    """Everything a run needs; PPO's own hyper-parameters live in ``ppo``."""
+    """Everything a run needs; the learners' hyper-parameters live in ``ppo``."""
 
     algorithm: str = "cory"
-    """``cory`` (two agents, collective reward, role exchange) or ``ppo`` (one agent)."""
+    """A shorthand of train/algorithms.py: ``cory``, ``ppo``, ``reinforce``, ``elastic_reset``,
+    ``moe``, ``rloo``, ``grpo``. It sets the learner of every seat and its defaults."""
     task: str = "imdb"
     task_settings: dict[str, Any] = field(default_factory=dict)
     model: str = "embedded"
     """Hugging Face model id, local folder, or ``embedded`` (SmolLM2-135M-Instruct offline)."""
+    models: dict[str, str] | None = None
+    """A model per seat (heterogeneous seats), e.g. ``{llm_0: gpt2, llm_1: embedded}``;
+    seats not named play ``model``. Each base model has its own frozen reference."""
+    learners: dict[str, Any] | None = None
+    """A learner per seat, e.g. ``{llm_0: ppo, llm_1: {learner: reinforce, learning_rate:
+    1e-5}}``: every seat must be named. None = the algorithm's learner in every seat."""
+    learner_settings: dict[str, Any] = field(default_factory=dict)
+    """Settings of the seats' learners beyond PPO's (e.g. ``{reset_freq: 17}``), shared by
+    every seat whose learner has them."""
+    n_agents: int = 2
     lam: float = 1.0
+    sees: str = "previous"
+    """Who a later agent sees: ``previous`` (a chain), ``all``, or ``none`` (no transfer)."""
+    group_size: int = 1
+    """Each query is played this many times per batch (RLOO/GRPO groups)."""
+    reward_norm: bool = False
+    """Standardise each agent's scores over the batch before ``lam`` mixes them."""
     role_exchange_period: int = 5
     max_new_tokens: Any = None
     """int, or [low, high) drawn per iteration; None = the task's default."""
@@ -59,12 +77,64 @@ class TrainConfig:
     ppo: PPOConfig = field(default_factory=PPOConfig)
 
     @property
-    def n_agents(self) -> int:
-        return 2 if self.algorithm == "cory" else 1
+    def agents(self) -> list[str]:
+        return [f"llm_{i}" for i in range(self.n_agents)]
+
+    def seat_models(self) -> dict[str, str]:
+        """The model of every seat."""
+        return {agent: (self.models or {}).get(agent, self.model) for agent in self.agents}
+
+    def seat_learners(self) -> dict[str, tuple[str, Any]]:
+        """Every seat's learner name and validated hyper-parameters (no model is loaded)."""
+        from agents.registry import learner_settings
+
+        default = ALGORITHMS[self.algorithm].learner
+        shared = {**dataclasses.asdict(self.ppo), **self.learner_settings}
+        seats = {}
+        for agent in self.agents:
+            entry = default if self.learners is None else self.learners[agent]
+            own = dict(entry) if isinstance(entry, dict) else {"learner": entry}
+            name = own.pop("learner", None)
+            try:
+                seats[agent] = (name, learner_settings(name, shared, own))
+            except (checks.SettingError, TypeError) as err:
+                raise checks.SettingError(f"learners: {agent}: {err}") from None
+        return seats
 
     def validate(self) -> None:
         """Check every setting's type and range now, before any model is loaded."""
-        checks.choice(self.algorithm, "algorithm", ALGORITHMS)
+        checks.choice(self.algorithm, "algorithm", sorted(ALGORITHMS))
+        algo = ALGORITHMS[self.algorithm]
+        self.n_agents = checks.integer(
+            self.n_agents, "n_agents", minimum=algo.min_agents, maximum=algo.max_agents,
+            hint=f"algorithm {self.algorithm!r} plays {algo.min_agents}..{algo.max_agents} seats",
+        )  # fmt: skip
+        checks.choice(self.sees, "sees", ("previous", "all", "none"))
+        self.group_size = checks.integer(self.group_size, "group_size", minimum=1)
+        checks.boolean(self.reward_norm, "reward_norm")
+        for name in ("models", "learners"):
+            mapping = getattr(self, name)
+            if mapping is None:
+                continue
+            if not isinstance(mapping, dict):
+                raise checks.fail(name, "a mapping from seat to value, e.g. {llm_0: ...}", mapping)
+            unknown = sorted(set(mapping) - set(self.agents))
+            if unknown:
+                raise checks.SettingError(
+                    f"{name}: no seats {unknown} in a {self.n_agents}-agent game; the seats "
+                    f"are {self.agents}"
+                )
+        if self.learners is not None:
+            missing = [a for a in self.agents if a not in self.learners]
+            if missing:
+                raise checks.SettingError(
+                    f"learners: seats {missing} have no learner; name one for every seat of "
+                    f"{self.agents}, or drop --learners to use the algorithm's"
+                )
+        for agent, model in (self.models or {}).items():
+            checks.text(model, f"models.{agent}")
+        if not isinstance(self.learner_settings, dict):
+            raise checks.fail("learner_settings", "a mapping", self.learner_settings)
         checks.text(self.task, "task")
         checks.text(self.model, "model", hint="a hub id, a local folder, or 'embedded'")
         if not isinstance(self.task_settings, dict):
@@ -118,6 +188,29 @@ class TrainConfig:
                 f"batch_size ({self.batch_size}) must be a multiple of ppo.mini_batch_size "
                 f"({self.ppo.mini_batch_size})"
             )
+        if self.batch_size % self.group_size:
+            raise checks.SettingError(
+                f"batch_size ({self.batch_size}) must be a multiple of group_size "
+                f"({self.group_size})"
+            )
+        seats = self.seat_learners()
+        used = {f for _, settings in seats.values() if settings is not None
+                for f in (x.name for x in dataclasses.fields(settings))}  # fmt: skip
+        unused = sorted(set(self.learner_settings) - used)
+        if unused:
+            raise checks.SettingError(
+                f"learner_settings {unused} belong to no seat's learner "
+                f"({sorted({name for name, _ in seats.values()})})"
+            )
+        from agents.registry import learner_spec
+
+        for agent, (name, _) in seats.items():
+            check = learner_spec(name).check
+            if check is not None:
+                try:
+                    check(self)
+                except checks.SettingError as err:
+                    raise checks.SettingError(f"learners: {agent} plays {name!r}: {err}") from None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -125,8 +218,6 @@ class TrainConfig:
     def save(self, path: Path) -> None:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
-
-ALGORITHMS = ("cory", "ppo")
 
 PRESETS: dict[str, dict[str, Any]] = {
     # A few minutes on 2 CPU cores: proves the whole path end to end (README, CI).
@@ -138,7 +229,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "sample_every": 1,
         "checkpoint_every": 2,
         "n_samples": 2,
-        "ppo": {"mini_batch_size": 8, "ppo_epochs": 2, "learning_rate": 1e-5},
+        "ppo": {
+            "mini_batch_size": 8,
+            "ppo_epochs": 2,
+            "learning_rate": 1e-5,
+            "init_kl_coef": 0.3,
+            "score_scaling": True,
+            "score_norm": True,
+        },
     },
     # The embedded model on 2 CPU cores, long enough to show learning.
     "cpu": {
@@ -147,7 +245,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_new_tokens": [4, 12],
         "sample_every": 5,
         "checkpoint_every": 10,
-        "ppo": {"mini_batch_size": 16, "ppo_epochs": 4, "learning_rate": 2e-5, "init_kl_coef": 0.1},
+        # Score scaling on for PPO and CORY alike, as the README's cpu results were run.
+        "ppo": {
+            "mini_batch_size": 16,
+            "ppo_epochs": 4,
+            "learning_rate": 2e-5,
+            "init_kl_coef": 0.1,
+            "score_scaling": True,
+            "score_norm": True,
+        },
     },
     # The paper's IMDB settings: GPT2-Large, distilbert-imdb logits, one GPU.
     "paper-imdb": {
@@ -163,7 +269,6 @@ PRESETS: dict[str, dict[str, Any]] = {
             "gradient_accumulation_steps": 8,
             "ppo_epochs": 4,
             "learning_rate": 1.41e-5,
-            "init_kl_coef": 0.3,
             "kl_target": 6.0,
             "kl_horizon": 10000,
             "forward_batch_size": 32,
@@ -237,16 +342,25 @@ def build_config(
     overrides: dict[str, Any] | None = None,
     algorithm: str = "cory",
 ) -> TrainConfig:
-    """Resolve defaults < preset < file < overrides into a validated config."""
-    config = TrainConfig(algorithm=algorithm)
+    """Resolve defaults < algorithm < preset < file < overrides into a validated config.
+
+    ``algorithm`` is the caller's default (the script's); a file or a flag may name another,
+    and the defaults of the one that wins form the layer above the dataclass defaults.
+    """
+    file_values = load_config_file(config_file) if config_file is not None else {}
+    overrides = copy.deepcopy(overrides or {})
+    algorithm = overrides.get("algorithm", file_values.get("algorithm", algorithm))
+    checks.choice(algorithm, "algorithm", sorted(ALGORITHMS))
+    config = _merge(TrainConfig(algorithm=algorithm), algorithm_defaults(algorithm),
+                    f"algorithm {algorithm!r}")  # fmt: skip
     if preset is not None:
         if preset not in PRESETS:
             raise checks.SettingError(f"unknown preset {preset!r}; presets are {sorted(PRESETS)}")
         config = _merge(config, copy.deepcopy(PRESETS[preset]), f"preset {preset!r}")
     if config_file is not None:
-        config = _merge(config, load_config_file(config_file), f"config file {config_file}")
+        config = _merge(config, file_values, f"config file {config_file}")
     if overrides:
-        config = _merge(config, copy.deepcopy(overrides), "command line")
+        config = _merge(config, overrides, "command line")
     config.validate()
     return config
 
@@ -277,6 +391,10 @@ def make_parser(algorithm: str) -> argparse.ArgumentParser:
     parser.add_argument("--preset", choices=sorted(PRESETS))
     parser.add_argument("--config", help="YAML file of settings (e.g. a run's config.yaml)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
+    parser.add_argument(
+        "--algorithm", choices=sorted(ALGORITHMS), default=argparse.SUPPRESS,
+        help=f"the setup to train (default {algorithm}): learners, game and defaults",
+    )  # fmt: skip
     for f in dataclasses.fields(TrainConfig):
         if f.name not in ("ppo", "algorithm"):
             parser.add_argument(f"--{f.name}", type=_flag_value, default=argparse.SUPPRESS)
@@ -317,6 +435,4 @@ def parse_args(
         config = build_config(preset, config_file, overrides, algorithm=algorithm)
     except (ValueError, FileNotFoundError) as err:
         parser.error(str(err))
-    if config.algorithm != algorithm:
-        parser.error(f"this script trains {algorithm!r}; the config says {config.algorithm!r}")
     return config, Path(resume) if resume is not None else None

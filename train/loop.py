@@ -24,17 +24,23 @@ from train.config import TrainConfig
 from train.plots import plot_run
 
 
-def make_game(config: TrainConfig, tokenizer: Any) -> BatchedTextGame:
+def make_game(config: TrainConfig, tokenizers: Any) -> BatchedTextGame:
+    """The batched game of a config; ``tokenizers`` is one tokenizer or one per seat."""
     settings: dict[str, Any] = dict(config.task_settings)
     settings.update(
-        n_agents=config.n_agents, lam=config.lam, role_exchange_period=config.role_exchange_period
+        n_agents=config.n_agents,
+        lam=config.lam,
+        role_exchange_period=config.role_exchange_period,
+        sees=config.sees,
+        group_size=config.group_size,
+        reward_norm=config.reward_norm,
     )
     if config.max_new_tokens is not None:
         settings["max_new_tokens"] = config.max_new_tokens
     if config.context_length is not None:
         settings["context_length"] = config.context_length
     return BatchedTextGame(
-        config.task, batch_size=config.batch_size, tokenizer=tokenizer, **settings
+        config.task, batch_size=config.batch_size, tokenizer=tokenizers, **settings
     )
 
 

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from agents.policy import build_policies
-from agents.ppo import PPOAgent
+from agents.base import Learner
+from agents.policy import ModelPool
+from agents.registry import Seat, build_learner
 from agents.state_io import CheckpointError
-from cory_env import BatchedTextGame, load_causal_lm, load_tokenizer
+from cory_env import BatchedTextGame, load_causal_lm, load_tokenizer, pad_token_id
 from cory_env.checks import SettingError
 from train.config import TrainConfig, parse_args
 from train.loop import RunDirectory, make_game, train
@@ -44,38 +44,44 @@ def lora_config(config: TrainConfig) -> Any:
     )
 
 
-def build_ppo_learners(
-    config: TrainConfig, agents: list[str], tokenizer: Any, accelerator: Any
-) -> dict[str, PPOAgent]:
-    """One PPO learner per seat, all from one base model and one shared reference."""
-    base = load_causal_lm(config.model)
-    policies, reference = build_policies(base, len(agents), lora_config(config))
-    return {
-        agent: PPOAgent(
-            policy,
-            reference,
-            config.ppo,
-            tokenizer.pad_token_id,
-            accelerator,
-            seed=config.seed + 1000 * i,
-        )
-        for i, (agent, policy) in enumerate(zip(agents, policies, strict=False))
-    }
-
-
 def default_run_dir(config: TrainConfig) -> Path:
     return Path("runs") / f"{config.algorithm}-{config.task}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def build_game_and_learners(config: TrainConfig) -> tuple[BatchedTextGame, dict[str, PPOAgent]]:
-    """The seeded game and its PPO learners, as training and evaluation both need them."""
+def build_game_and_learners(config: TrainConfig) -> tuple[BatchedTextGame, dict[str, Learner]]:
+    """The seeded game and one learner per seat, built from the registry.
+
+    Seats of one base model share its frozen reference (``ModelPool``); every seat is
+    tokenised with its own model's tokenizer.
+    """
     from accelerate.utils import set_seed
 
     set_seed(config.seed)
     accelerator = make_accelerator(config)
-    tokenizer = load_tokenizer(config.model)
-    game = make_game(config, tokenizer)
-    learners = build_ppo_learners(config, game.possible_agents, tokenizer, accelerator)
+    seat_models = config.seat_models()
+    tokenizers = {agent: load_tokenizer(model) for agent, model in seat_models.items()}
+    distinct = {id(t) for t in tokenizers.values()}
+    game = make_game(
+        config, next(iter(tokenizers.values())) if len(distinct) == 1 else list(tokenizers.values())
+    )
+    pool = ModelPool(load_causal_lm, lora_config(config))
+    learners: dict[str, Learner] = {}
+    for i, (agent, (name, settings)) in enumerate(config.seat_learners().items()):
+        seat = Seat(
+            agent=agent,
+            index=i,
+            n_agents=config.n_agents,
+            settings=settings,
+            tokenizer=tokenizers[agent],
+            vocab_size=int(game.action_space(agent).n),
+            pad_token_id=pad_token_id(tokenizers[agent]),
+            model=seat_models[agent],
+            models=pool,
+            accelerator=accelerator,
+            seed=config.seed + 1000 * i,
+            group_size=config.group_size,
+        )
+        learners[agent] = build_learner(name, seat)
     return game, learners
 
 
@@ -127,24 +133,8 @@ def main(algorithm: str, argv: list[str] | None = None) -> RunDirectory:
 
 
 def train_command(argv: list[str] | None = None) -> RunDirectory:
-    """``cory-train [--algorithm cory|ppo] ...``: the training scripts as one command.
+    """``cory-train [--algorithm NAME] ...``: the training scripts as one console command.
 
-    With ``--resume RUN_DIR`` and no ``--algorithm``, the run's own algorithm is used.
+    The algorithm defaults to ``cory``; a resumed run keeps its own.
     """
-    import argparse
-
-    from train.config import ALGORITHMS, load_config_file
-
-    first = argparse.ArgumentParser(add_help=False)
-    first.add_argument("--algorithm", choices=ALGORITHMS)
-    first.add_argument("--resume")
-    known, _ = first.parse_known_args(argv)
-    algorithm = known.algorithm or "cory"
-    if known.algorithm is None and known.resume and (Path(known.resume) / "config.yaml").is_file():
-        algorithm = load_config_file(Path(known.resume) / "config.yaml").get("algorithm", "cory")
-    rest = list(sys.argv[1:] if argv is None else argv)
-    if "--algorithm" in rest:
-        i = rest.index("--algorithm")
-        del rest[i : i + 2]
-    rest = [a for a in rest if not a.startswith("--algorithm=")]
-    return main(algorithm, rest)
+    return main("cory", argv)

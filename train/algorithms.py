@@ -1,0 +1,72 @@
+"""The ``--algorithm`` shorthands: which learner takes each seat, with the game's and the
+learners' defaults for that setup.
+
+Defaults follow the official scripts where they differ between the PPO baseline and CORY
+(``imdb_train/ppo.py``: initial KL coefficient 0.3, no score scaling; ``imdb_train/cory.py``:
+0.4, running score scaling and normalisation). They sit below presets, config files and
+flags: ``--init_kl_coef 0.1`` still wins.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+NEVER = 10**12
+"""A role-exchange period that no run reaches: exchange off."""
+
+PPO_BASELINE = {"init_kl_coef": 0.3, "score_scaling": False, "score_norm": False}
+CORY_DEFAULTS = {"init_kl_coef": 0.4, "score_scaling": True, "score_norm": True}
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    learner: str
+    """The learner of every seat (``--learners`` can change any seat)."""
+    n_agents: int
+    max_agents: int
+    min_agents: int = 1
+    game: dict[str, Any] = field(default_factory=dict)
+    """Game settings this setup implies (lam, sees, group_size, role exchange)."""
+    ppo: dict[str, Any] = field(default_factory=dict)
+    """Learner hyper-parameter defaults."""
+    description: str = ""
+
+
+ALGORITHMS: dict[str, Algorithm] = {
+    "ppo": Algorithm(
+        "ppo", 1, 8, ppo=PPO_BASELINE, description="single-agent PPO, the paper's baseline"
+    ),
+    "cory": Algorithm(
+        "ppo", 2, 8, min_agents=2, game={"lam": 1.0}, ppo=CORY_DEFAULTS,
+        description="PPO agents in the pioneer/observer game: collective reward, role exchange",
+    ),
+    "reinforce": Algorithm(
+        "reinforce", 1, 8, ppo=PPO_BASELINE,
+        description="REINFORCE with a baseline and the same per-token KL penalty, no critic",
+    ),
+    "elastic_reset": Algorithm(
+        "elastic_reset", 1, 8, ppo=PPO_BASELINE,
+        description="PPO with Elastic Reset: reset to an EMA of itself every reset_freq its",
+    ),
+    "moe": Algorithm(
+        "ppo", 2, 2, min_agents=2,
+        game={"lam": 0.0, "sees": "none", "role_exchange_period": NEVER},
+        ppo=PPO_BASELINE,
+        description="two independent PPO agents; evaluation keeps the higher-valued answer",
+    ),
+    "rloo": Algorithm(
+        "rloo", 1, 8, game={"group_size": 4}, ppo=PPO_BASELINE,
+        description="REINFORCE leave-one-out: k answers per query, no critic",
+    ),
+    "grpo": Algorithm(
+        "grpo", 1, 8, game={"group_size": 4}, ppo=PPO_BASELINE,
+        description="group-normalised advantages with the clipped PPO loss, no critic",
+    ),
+}  # fmt: skip
+
+
+def algorithm_defaults(name: str) -> dict[str, Any]:
+    """The config values an algorithm implies, as a layer of settings."""
+    algo = ALGORITHMS[name]
+    return {"n_agents": algo.n_agents, **algo.game, "ppo": dict(algo.ppo)}
