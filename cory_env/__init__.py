@@ -9,8 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from cory_env.aec import TextGameEnv
-from cory_env.core import GAME_SETTINGS, BatchedTextGame, GameSettings, role_name
+from cory_env.aec import TextGameEnv, check_one_game
+from cory_env.core import (
+    GAME_SETTINGS,
+    BatchedTextGame,
+    GameSettings,
+    role_name,
+    split_settings,
+)
 from cory_env.models import (
     EMBEDDED,
     ensure_pad_token,
@@ -35,8 +41,13 @@ def text_game(
     """The CORY game as a PettingZoo ``AECEnv``.
 
     ``settings`` are game settings (``n_agents``, ``lam``, ``role_exchange_period``,
-    ``max_new_tokens``, ``context_length``, ``tokenizer``) and the task's own settings.
+    ``max_new_tokens``, ``context_length``, ``sees``, ``tokenizer``; see
+    :class:`GameSettings`) and the task's own settings. One game is played at a time, so
+    ``group_size`` must be 1 and ``reward_norm`` False (both need a batch).
     """
+    game_settings, _ = split_settings(settings)
+    game_settings.validate()
+    check_one_game(game_settings)  # before the batched game refuses batch_size=1 less clearly
     return TextGameEnv(BatchedTextGame(task, batch_size=1, **settings), render_mode=render_mode)
 
 

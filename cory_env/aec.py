@@ -7,7 +7,23 @@ from typing import Any
 import numpy as np
 from pettingzoo import AECEnv
 
-from cory_env.core import BatchedTextGame
+from cory_env.core import BatchedTextGame, GameSettings
+
+
+def check_one_game(settings: GameSettings) -> None:
+    """Refuse the settings that need a batch of games: the AEC env plays one (B=1)."""
+    if settings.group_size != 1:
+        raise ValueError(
+            f"the AEC env plays one game at a time (B=1), so group_size must be 1, got "
+            f"{settings.group_size}; play groups with BatchedTextGame (cory_env.batched_game) "
+            "and a batch_size that is a multiple of group_size"
+        )
+    if settings.reward_norm:
+        raise ValueError(
+            "the AEC env plays one game at a time (B=1): reward_norm standardises scores over "
+            "a batch, and over one game every reward would be 0; use BatchedTextGame "
+            "(cory_env.batched_game) with batch_size > 1, or reward_norm=False"
+        )
 
 
 class TextGameEnv(AECEnv):
@@ -27,6 +43,7 @@ class TextGameEnv(AECEnv):
         super().__init__()
         if game.batch_size != 1:
             raise ValueError("TextGameEnv plays one game at a time; use BatchedTextGame for B > 1")
+        check_one_game(game.settings)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(
                 f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}"

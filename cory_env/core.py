@@ -4,11 +4,14 @@ One implementation serves both forms: :class:`BatchedTextGame` is the fast form 
 learners train on, and the PettingZoo AEC env (``cory_env.aec``) is this class with B=1.
 
 A game: every agent answers the same query in turn, in role order. Role 0 (the pioneer)
-sees the query; role r sees the query and the answers of roles 0..r-1 through the task's
-prompt template. One step is one token from the acting agent for every row; a row's turn
-ends at EOS or at the episode's token budget, and the agent's turn ends when all rows have
-ended. When the last role finishes, each answer is scored by the task's reward function
-(one batched call) and agent i receives ``s_i + lam * sum(s_others)``.
+sees the query; what role r sees besides is the ``sees`` setting: the answer of role r-1
+(``"previous"``, the default chain), the answers of roles 0..r-1 (``"all"``) or none
+(``"none"``: every agent gets the pioneer's prompt), always through the task's prompt
+template. One step is one token from the acting agent for every row; a row's turn ends at
+EOS or at the episode's token budget, and the agent's turn ends when all rows have ended.
+When the last role finishes, each answer is scored by the task's reward function (one
+batched call) and agent i receives ``s_i + lam * sum(s_others)`` (with ``reward_norm``,
+each agent's scores are first standardised over the batch).
 """
 
 from __future__ import annotations
@@ -36,15 +39,46 @@ def role_name(role: int, n_agents: int) -> str:
     return "observer" if role == 1 and n_agents == 2 else f"observer_{role}"
 
 
+SEES = ("previous", "all", "none")
+"""Values of the ``sees`` setting: who a later agent sees."""
+
+
 @dataclass(frozen=True)
 class GameSettings:
-    """Settings of the game itself; everything else goes to the task."""
+    """Settings of the game itself; everything else goes to the task.
+
+    - ``n_agents``: agents ``llm_0..llm_{n-1}``; 1 is plain single-agent RL.
+    - ``lam``: agent i is paid ``r_i + lam * sum(r_others)`` (1 = CORY's collective
+      reward, 0 = independent, -1 = zero-sum).
+    - ``role_exchange_period``: episodes between role exchanges; the pioneer seat moves
+      to the next agent every that many episodes. A period longer than the run (e.g.
+      ``10**9``) turns exchanges off: ``llm_0`` stays the pioneer.
+    - ``max_new_tokens``, ``context_length``: override the task's token budget and
+      context length.
+    - ``sees``: who a later agent sees. ``"previous"`` (default, a chain): role r's prompt
+      shows the answer of role r-1 only. ``"all"``: role r sees the answers of roles
+      0..r-1, in role order. ``"none"`` (the paper's no-knowledge-transfer ablation): every
+      agent answers the query alone with the pioneer's (role 0) prompt, yet is still paid
+      ``r_self + lam * sum(r_others)``. The task's prompt function gets the answers this
+      setting lets the role see (and, for ``"none"``, role 0 and no answers).
+    - ``group_size``: each query is played this many times in one batch (for RLOO / GRPO
+      baselines): a batch draws ``batch_size // group_size`` queries and repeats each in
+      consecutive rows, so rows ``[g*k, (g+1)*k)`` share query ``g``. ``batch_size`` must
+      be a multiple of it; the single-game AEC env needs 1.
+    - ``reward_norm``: standardise each agent's task scores over the batch (mean 0, std 1;
+      a batch of equal scores is just centred, i.e. 0) before mixing them with ``lam``, as
+      the rebuttal did when comparing lam values. ``scores`` keep the raw task scores;
+      only ``rewards`` are normalised.
+    """
 
     n_agents: int = 2
     lam: float = 1.0
     role_exchange_period: int = 5
     max_new_tokens: int | tuple[int, int] | None = None
     context_length: int | None = None
+    sees: str = "previous"
+    group_size: int = 1
+    reward_norm: bool = False
 
     def validate(self) -> None:
         """Refuse bad values (and bools where numbers are meant) before any work is done.
@@ -64,6 +98,15 @@ class GameSettings:
                 where=where,
                 hint="episodes between role exchanges",
             ),
+            "sees": checks.choice(self.sees, "sees", SEES, where=where),
+            "group_size": checks.integer(
+                self.group_size,
+                "group_size",
+                minimum=1,
+                where=where,
+                hint="times each query is played in one batch",
+            ),
+            "reward_norm": checks.boolean(self.reward_norm, "reward_norm", where=where),
         }
         if self.context_length is not None:
             canonical["context_length"] = checks.integer(
@@ -87,6 +130,20 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def standardise(values: np.ndarray) -> np.ndarray:
+    """``values`` with mean 0 and (population) std 1; equal values give zeros (centred).
+
+    Equal values are caught exactly, not by a small std: the mean of ``[0.1] * 3`` is not
+    exactly 0.1, and dividing that rounding error by its own tiny std would give +-1.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if values.size == 0 or np.all(values == values.flat[0]):
+        return np.zeros_like(values)
+    centred = values - values.mean()
+    std = centred.std()
+    return centred / std if std > 0 else centred  # std 0 (underflow): just centred
+
+
 def split_settings(settings: Mapping[str, Any]) -> tuple[GameSettings, dict[str, Any]]:
     """Separate game settings from task settings."""
     game = {k: v for k, v in settings.items() if k in GAME_SETTINGS}
@@ -96,6 +153,9 @@ def split_settings(settings: Mapping[str, Any]) -> tuple[GameSettings, dict[str,
 
 class BatchedTextGame:
     """B text games played in lock-step, with array observations, actions and rewards.
+
+    With ``group_size=k`` the B rows are ``B // k`` groups of k rows that share a query
+    (rows ``[g*k, (g+1)*k)``); every row still samples its own answers.
 
     Typical loop::
 
@@ -120,6 +180,14 @@ class BatchedTextGame:
         game_settings, task_settings = split_settings(settings)
         game_settings.validate()
         batch_size = checks.integer(batch_size, "batch_size", minimum=1, where="game")
+        if batch_size % game_settings.group_size:
+            raise checks.fail(
+                "batch_size",
+                f"a multiple of group_size ({game_settings.group_size})",
+                batch_size,
+                "game",
+                "each drawn query is played group_size times in consecutive rows",
+            )
         if not isinstance(task, (str, Task)):
             raise TypeError(
                 f"game: task must be a registered task name or a Task, got "
@@ -142,6 +210,8 @@ class BatchedTextGame:
                 task_settings["tokenizer"] = self.tokenizers[0]
             self.task = make_task(task, **task_settings)
         self.batch_size = batch_size
+        self.group_size = game_settings.group_size
+        """Rows per query: rows ``[g*group_size, (g+1)*group_size)`` share query ``g``."""
         self.budget_low, self.budget_high = budget_range(
             game_settings.max_new_tokens
             if game_settings.max_new_tokens is not None
@@ -294,8 +364,12 @@ class BatchedTextGame:
 
     # ----------------------------------------------------------------- reset / step
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
-        """Start a new batch of games: draw B queries and a token budget, seat the pioneer.
+        """Start a new batch of games: draw the queries and a token budget, seat the pioneer.
 
+        The draws, in this order from ``np_random``: ``integers(0, n_queries,
+        size=batch_size // group_size)`` query indices (with replacement), each repeated
+        ``group_size`` times in consecutive rows; then one token budget for the whole batch,
+        ``integers(low, high + 1)``. With ``group_size=1`` that is one query per row.
         ``options={"episode": n}`` plays episode ``n`` (which sets the roles).
         """
         # Other options are ignored, as PettingZoo's api_test expects of an env.
@@ -313,7 +387,8 @@ class BatchedTextGame:
         n, B, L = self.n_agents, self.batch_size, self.context_length
         self._role_of = self.roles_for_episode(self.episode)
         self._order = sorted(range(n), key=lambda i: self._role_of[i])
-        picks = self.np_random.integers(0, len(self.task.queries), size=B)
+        k = self.group_size
+        picks = np.repeat(self.np_random.integers(0, len(self.task.queries), size=B // k), k)
         self.queries: list[Query] = [self.task.queries[i] for i in picks]
         self.budget = int(self.np_random.integers(self.budget_low, self.budget_high + 1))
         self._ids = np.empty((n, B, L), dtype=np.int64)
@@ -340,12 +415,22 @@ class BatchedTextGame:
         self._require_started("agent_selection")
         return self.possible_agents[self._order[min(self._turn, self.n_agents - 1)]]
 
+    def seen_roles(self, role: int) -> list[int]:
+        """The roles whose answers ``role``'s prompt shows (the ``sees`` setting)."""
+        sees = self.settings.sees
+        if sees == "none" or role == 0:
+            return []
+        return [role - 1] if sees == "previous" else list(range(role))
+
     def _start_turn(self) -> None:
         i = self._order[self._turn]
         role = self._turn
-        earlier = [self.responses[agent] for agent in self.agents_by_role[:role]]
+        # "none": every agent answers alone, with the pioneer's prompt.
+        prompt_role = 0 if self.settings.sees == "none" else role
+        by_role = self.agents_by_role
+        earlier = [self.responses[by_role[r]] for r in self.seen_roles(role)]
         prompts = [
-            self.task.prompt(role, q, [answers[b] for answers in earlier])
+            self.task.prompt(prompt_role, q, [answers[b] for answers in earlier])
             for b, q in enumerate(self.queries)
         ]
         encoded = self.tokenizers[i](prompts)["input_ids"]
@@ -425,17 +510,18 @@ class BatchedTextGame:
             self._score()
 
     def _score(self) -> None:
-        """One batched reward call for all answers, then mix with ``lam``."""
+        """One batched reward call for all answers, then (normalise and) mix with ``lam``."""
         order = self.possible_agents
         queries = self.queries * self.n_agents
         responses = [r for a in order for r in self.responses[a]]
         flat = np.asarray(self.task.score(queries, responses), dtype=np.float64)
         raw = flat.reshape(self.n_agents, self.batch_size)
-        total = raw.sum(axis=0)
+        mixed = np.stack([standardise(r) for r in raw]) if self.settings.reward_norm else raw
+        total = mixed.sum(axis=0)
         lam = self.settings.lam
         for k, a in enumerate(order):
             self.scores[a] = raw[k]
-            self.rewards[a] = raw[k] + lam * (total - raw[k])
+            self.rewards[a] = mixed[k] + lam * (total - mixed[k])
 
     # ----------------------------------------------------------------- views
     def observe(self, agent: str) -> dict[str, np.ndarray]:

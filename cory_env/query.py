@@ -37,4 +37,10 @@ RewardFn = Callable[[Sequence[Query], Sequence[str]], Sequence[float]]
 """Batched reward: ``reward_fn(queries, responses) -> one score per pair``."""
 
 PromptFn = Callable[[int, Query, Sequence[str]], str]
-"""``prompt_fn(role, query, earlier_responses) -> prompt text``; role 0 is the pioneer."""
+"""``prompt_fn(role, query, earlier_responses) -> prompt text``; role 0 is the pioneer.
+
+``earlier_responses`` are the answers the game's ``sees`` setting lets ``role`` see, in
+role order: role r-1's alone (``"previous"``, the default), those of roles 0..r-1
+(``"all"``); with ``"none"`` every agent is asked for role 0's prompt with no answers.
+A template should render every answer it is given.
+"""

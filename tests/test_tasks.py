@@ -23,7 +23,7 @@ from cory_env.tasks import (
 )
 from cory_env.tasks.arith import EXAMPLE, generate_arith_problems
 from cory_env.tasks.gsm8k import EXAMPLE_ANSWER, EXAMPLE_QUESTION, load_fixture
-from cory_env.tasks.imdb import load_openings
+from cory_env.tasks.imdb import OBSERVER_TEMPLATE, load_openings
 
 # ---------------------------------------------------------------- registry and Task
 
@@ -160,6 +160,10 @@ def test_imdb_cuts_to_word_prefixes() -> None:
         lengths.add(len(words))
     assert lengths == set(range(2, 9))  # k drawn per query over the whole inclusive range
     assert task.max_new_tokens == (4, 16)
+    # The defaults: 2..7 tokens, the official LengthSampler(2, 8), i.e. range(2, 8).
+    default = make_task("imdb")
+    assert default.metadata["query_tokens"] == (2, 7)
+    assert {len(q.text.split()) for q in default.queries} == set(range(2, 8))
     assert isinstance(task.reward_fn, VaderSentimentReward)
     # seeded: same seed same queries, another seed other queries
     again = make_task("imdb", min_query_tokens=2, max_query_tokens=8)
@@ -210,8 +214,13 @@ def test_imdb_prompts() -> None:
     assert task.prompt(0, query, []) == query.text
     expected = f'I can make this sentence "{query.text} was fine." more positive: {query.text}'
     assert task.prompt(1, query, [" was fine."]) == expected
-    chained = f'I can make this sentence "{query.text} B" more positive: {query.text}'
-    assert task.prompt(2, query, [" A", " B"]) == chained  # the most recent answer
+    q = query.text
+    several = f'I can make these sentences "{q} A", "{q} B" more positive: {q}'
+    assert task.prompt(2, query, [" A", " B"]) == several  # every answer given, in order
+    three = f'I can make these sentences "{q} A", "{q} B", "{q}!" more positive: {q}'
+    assert task.prompt(3, query, [" A", " B", "!"]) == three
+    # The chain (the game's default sees="previous") gives one answer: the official text.
+    assert task.prompt(2, query, [" B"]) == OBSERVER_TEMPLATE.format(sentence=q + " B", query=q)
     with pytest.raises(TaskFunctionError, match="imdb_prompt raised .*role 1 needs an earlier"):
         task.prompt(1, query, [])
 
@@ -255,7 +264,9 @@ def test_imdb_local_dataset(tmp_path: Path) -> None:
         {"text": "Alpha beta<br/>gamma delta epsilon zeta eta theta", "label": 0},
     ]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    task = make_task("imdb", dataset=str(path), min_query_tokens=4, max_query_tokens=4)
+    task = make_task(
+        "imdb", dataset=str(path), min_query_tokens=4, max_query_tokens=4, min_review_chars=0
+    )
     assert [q.text for q in task.queries] == ["One two three four", "Alpha beta gamma delta"]
     assert task.metadata["source"] == str(path)
 
@@ -266,6 +277,51 @@ def test_imdb_local_dataset(tmp_path: Path) -> None:
     missing = str(tmp_path / "missing.jsonl")
     with pytest.raises(FileNotFoundError, match="missing.jsonl does not exist.*dataset=None"):
         make_task("imdb", dataset=missing)
+
+
+def _review(n_chars: int, word: str) -> str:
+    """A review of exactly ``n_chars`` characters whose first word is ``word``."""
+    text = (word + " was a good film and the story was fun " * 40)[:n_chars]
+    assert len(text) == n_chars
+    return text
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".txt"])
+def test_imdb_keeps_reviews_longer_than_min_review_chars(tmp_path: Path, suffix) -> None:
+    """As the official PPO script (len(review) > 200): strictly longer, raw text, 0 keeps all."""
+    lengths = {"short": 150, "exact": 200, "long": 201, "longer": 600}
+    reviews = [_review(n, word) for word, n in lengths.items()]
+    path = tmp_path / f"reviews{suffix}"
+    if suffix == ".txt":
+        path.write_text("\n".join(reviews) + "\n")
+    else:
+        path.write_text("\n".join(json.dumps({"text": r}) for r in reviews) + "\n")
+
+    def first_words(**settings):
+        task = make_task("imdb", dataset=str(path), min_query_tokens=1, max_query_tokens=1,
+                         **settings)  # fmt: skip
+        return [q.text for q in task.queries], task.metadata["min_review_chars"]
+
+    assert first_words() == (["long", "longer"], 200)  # the default: > 200 characters
+    assert first_words(min_review_chars=0) == (["short", "exact", "long", "longer"], 0)
+    assert first_words(min_review_chars=149) == (["short", "exact", "long", "longer"], 149)
+    assert first_words(min_review_chars=201) == (["longer"], 201)
+    with pytest.raises(
+        ValueError, match=r"no review .* longer than min_review_chars=600 .*has 600"
+    ):
+        first_words(min_review_chars=600)
+    # The packaged openings (short by design) are never filtered.
+    packaged = make_task("imdb", min_review_chars=10**6)
+    assert len(packaged.queries) == len(load_openings())
+    assert packaged.metadata["min_review_chars"] is None
+
+
+@pytest.mark.parametrize("value", [-1, True, 2.5, "200"])
+def test_imdb_min_review_chars_refused(value) -> None:
+    with pytest.raises(
+        ValueError, match=rf"task 'imdb': min_review_chars must be an integer >= 0, got {value!r}"
+    ):
+        make_task("imdb", min_review_chars=value)
 
 
 # --------------------------------------------------------------------------- gsm8k
@@ -296,6 +352,10 @@ def test_gsm8k_prompts() -> None:
     assert task.prompt(0, query, []) == f"{shot}Question: {query.text}\nAnswer:"
     observer = f"{shot}Question: {query.text}\nReference: 4 * 12 = 48. The answer is 33.\nAnswer:"
     assert task.prompt(1, query, [" 4 * 12 = 48. The answer is 33.\n"]) == observer
+    two = f"{shot}Question: {query.text}\nReference: It is 4.\nReference: It is 5.\nAnswer:"
+    assert task.prompt(2, query, [" It is 4.", "It is 5.\n"]) == two  # one line per answer
+    with pytest.raises(TaskFunctionError, match="role 1 needs an earlier response"):
+        task.prompt(1, query, [])
 
 
 def test_gsm8k_local_file_and_errors(tmp_path: Path) -> None:
@@ -435,7 +495,9 @@ def test_local_data_file_forms(tmp_path: Path) -> None:
     assert [q.answer for q in make_task("gsm8k", dataset=str(bom)).queries] == ["4"]
     texts = tmp_path / "reviews.txt"
     texts.write_text("A line\u2028with a separator\n\nSecond review here\n", encoding="utf-8")
-    task = make_task("imdb", dataset=str(texts), min_query_tokens=8, max_query_tokens=8)
+    task = make_task(
+        "imdb", dataset=str(texts), min_query_tokens=8, max_query_tokens=8, min_review_chars=0
+    )
     assert [q.text for q in task.queries] == ["A line with a separator", "Second review here"]
     with pytest.raises(ValueError, match="task 'gsm8k': dataset must be a non-empty string"):
         make_task("gsm8k", dataset=3)
@@ -500,6 +562,10 @@ def test_arith_task_prompts_and_reward() -> None:
     assert task.prompt(0, query, []) == f"{EXAMPLE}Q: {query.text}\nA:"
     assert task.prompt(1, query, [" The answer is 7. "]) == (
         f"{EXAMPLE}Q: {query.text}\nReference answer: The answer is 7.\nA:"
+    )
+    assert task.prompt(2, query, [" The answer is 7. ", "The answer is 8."]) == (
+        f"{EXAMPLE}Q: {query.text}\nReference answer: The answer is 7.\n"
+        "Reference answer: The answer is 8.\nA:"
     )
     responses = [f" The answer is {q.answer}." for q in task.queries]
     assert task.score(task.queries, responses) == [1.0] * 8

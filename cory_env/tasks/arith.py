@@ -177,12 +177,14 @@ def generate_arith_problems(
 
 
 def arith_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
-    """Short one-shot prompt; observers also see the latest earlier answer."""
+    """Short one-shot prompt; observers also see the earlier answers they are given, one
+    ``Reference answer: ...`` line each (in order) before ``A:``."""
     if role == 0:
         return f"{EXAMPLE}Q: {query.text}\nA:"
     if not earlier:
         raise ValueError(f"arith prompt for role {role} needs an earlier response; got none")
-    return f"{EXAMPLE}Q: {query.text}\nReference answer: {earlier[-1].strip()}\nA:"
+    references = "".join(f"Reference answer: {answer.strip()}\n" for answer in earlier)
+    return f"{EXAMPLE}Q: {query.text}\n{references}A:"
 
 
 @register_task("arith")

@@ -74,12 +74,14 @@ def _load_records(dataset: str | None, split: str) -> tuple[str, Iterator[Record
 
 
 def gsm8k_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
-    """One-shot prompt; observers also see the latest earlier answer as a reference."""
+    """One-shot prompt; observers also see the earlier answers they are given, one
+    ``Reference: ...`` line each (in order) before ``Answer:``."""
     if role == 0:
         return f"{ONE_SHOT}Question: {query.text}\nAnswer:"
     if not earlier:
         raise ValueError(f"gsm8k prompt for role {role} needs an earlier response; got none")
-    return f"{ONE_SHOT}Question: {query.text}\nReference: {earlier[-1].strip()}\nAnswer:"
+    references = "".join(f"Reference: {answer.strip()}\n" for answer in earlier)
+    return f"{ONE_SHOT}Question: {query.text}\n{references}Answer:"
 
 
 @register_task("gsm8k")

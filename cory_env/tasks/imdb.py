@@ -1,8 +1,10 @@
 """IMDB sentiment steering, the CORY paper's first task: continue a review opening positively.
 
-Queries are the first 2-8 tokens of reviews. Offline, they come from review openings
-written for this project and shipped as package data; with a hub (or a local copy),
-from a ``datasets`` dataset such as ``stanfordnlp/imdb``.
+Queries are the first 2-7 tokens of reviews (the official scripts' ``LengthSampler(2, 8)``
+draws from ``range(2, 8)``). Offline, they come from review openings written for this
+project and shipped as package data; with a hub (or a local copy), from a ``datasets``
+dataset such as ``stanfordnlp/imdb``, keeping only reviews longer than 200 characters as
+the official PPO script does.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from cory_env.tasks.registry import register_task
 
 OPENINGS_FILE = "imdb_openings.txt"
 OBSERVER_TEMPLATE = 'I can make this sentence "{sentence}" more positive: {query}'
+"""The official observer prompt, for one earlier answer."""
+OBSERVER_TEMPLATE_MANY = "I can make these sentences {sentences} more positive: {query}"
+"""For several earlier answers: ``{sentences}`` is ``"q+a1", "q+a2"`` (quoted, comma-separated)."""
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _DATASETS_BUILDERS = {".csv": "csv", ".parquet": "parquet"}
 _OFFLINE_HINT = "Without a dataset hub, use dataset=None for the packaged review openings."
@@ -92,12 +97,20 @@ def cut_query(text: str, n_tokens: int, tokenizer: Any = None) -> str:
 
 
 def imdb_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
-    """Pioneer: the opening itself. Observer: the paper's "more positive" rewrite prompt."""
+    """Pioneer: the opening itself. Observer: the paper's "more positive" rewrite prompt.
+
+    One earlier answer gives the official ``I can make this sentence "{query+answer}" more
+    positive: {query}``; several give ``I can make these sentences "{query+a1}",
+    "{query+a2}" more positive: {query}``, one quoted sentence per answer, in order.
+    """
     if role == 0:
         return query.text
     if not earlier:
         raise ValueError(f"imdb prompt for role {role} needs an earlier response; got none")
-    return OBSERVER_TEMPLATE.format(sentence=query.text + earlier[-1], query=query.text)
+    if len(earlier) == 1:
+        return OBSERVER_TEMPLATE.format(sentence=query.text + earlier[0], query=query.text)
+    sentences = ", ".join(f'"{query.text + answer}"' for answer in earlier)
+    return OBSERVER_TEMPLATE_MANY.format(sentences=sentences, query=query.text)
 
 
 @register_task("imdb", needs_tokenizer=True)
@@ -108,7 +121,8 @@ def make_imdb_task(
     reward: str | RewardCallable = "vader",
     n_queries: int | None = None,
     min_query_tokens: int = 2,
-    max_query_tokens: int = 8,
+    max_query_tokens: int = 7,
+    min_review_chars: int = 200,
     tokenizer: Any = None,
     seed: int = 0,
     max_new_tokens: int | tuple[int, int] = (4, 16),
@@ -118,9 +132,14 @@ def make_imdb_task(
 
     ``dataset=None`` uses the packaged openings; otherwise a hub id, a local dataset
     directory, or a local .txt/.json/.jsonl/.csv/.parquet file with a "text" column.
+    With a dataset, only reviews longer than ``min_review_chars`` characters (of the raw
+    text, as the official PPO script's ``len(review) > 200``) are kept; 0 keeps all. The
+    packaged openings are never filtered.
     ``n_queries`` keeps a random subset (``seed``). Each text is cut to its first k
-    tokens, k drawn per query from ``min_query_tokens..max_query_tokens`` inclusive;
-    tokens of ``tokenizer`` (a Hugging Face tokenizer) if given, else whitespace words.
+    tokens, k drawn per query from ``min_query_tokens..max_query_tokens`` inclusive (the
+    default 2..7 is the official ``LengthSampler(2, 8)``, which draws from
+    ``range(2, 8)``); tokens of ``tokenizer`` (a Hugging Face tokenizer) if given, else
+    whitespace words.
     ``max_new_tokens=(low, high)`` means a budget drawn per episode from
     ``low..high-1`` (high exclusive), so the default (4, 16) gives the paper's 4..15.
     ``reward`` is a name for :func:`cory_env.rewards.make_reward` ("vader",
@@ -139,6 +158,13 @@ def make_imdb_task(
             max_query_tokens,
             where,
         )
+    min_review_chars = checks.integer(
+        min_review_chars,
+        "min_review_chars",
+        minimum=0,
+        where=where,
+        hint="keep dataset reviews longer than this; 0 keeps all",
+    )
     if n_queries is not None:
         n_queries = checks.integer(n_queries, "n_queries", minimum=1, where=where)
     seed = checks.integer(seed, "seed", minimum=0, where=where)
@@ -148,7 +174,18 @@ def make_imdb_task(
         raise TypeError(f"{where}: tokenizer must have encode() and decode(), got {tokenizer!r}")
     reward_fn = make_reward(reward)
 
-    raw = load_openings() if dataset is None else _load_dataset_texts(dataset, split)
+    if dataset is None:
+        raw = load_openings()  # written as openings: never filtered by length
+    else:
+        loaded = _load_dataset_texts(dataset, split)
+        raw = [t for t in loaded if len(t) > min_review_chars]
+        if not raw:
+            longest = max((len(t) for t in loaded), default=0)
+            raise ValueError(
+                f"{where}: no review of dataset {dataset!r} is longer than min_review_chars="
+                f"{min_review_chars} characters (the longest has {longest}); lower "
+                "min_review_chars (0 keeps every review)"
+            )
     texts = [t for t in (" ".join(_BR.sub(" ", r).split()) for r in raw) if t]
     if not texts:
         raise ValueError(f"{where}: dataset {dataset!r} has no non-empty texts")
@@ -172,5 +209,6 @@ def make_imdb_task(
             "split": split,
             "reward": reward if isinstance(reward, str) else callable_name(reward),
             "query_tokens": (min_query_tokens, max_query_tokens),
+            "min_review_chars": None if dataset is None else min_review_chars,
         },
     )
