@@ -91,12 +91,37 @@ def test_pettingzoo_api_and_seed(task, n_agents, real_tok) -> None:
     assert env.num_agents == n_agents
 
 
+# Advisory only, as above.
+@pytest.mark.filterwarnings("ignore:Observation is not a NumPy array")
+@pytest.mark.filterwarnings("ignore:Observation space for each agent probably")
+@pytest.mark.parametrize(
+    "variant", [{"sees": "all"}, {"sees": "none"}, {"group_size": 1, "reward_norm": False}]
+)
+@pytest.mark.parametrize("task", ["imdb", "gsm8k", "arith"])
+def test_pettingzoo_api_and_seed_game_variants(task, variant, real_tok) -> None:
+    def make():
+        return text_game(
+            task,
+            n_agents=3,
+            max_new_tokens=API_BUDGET,
+            context_length=TASKS_CONTEXT[task],
+            tokenizer=real_tok,
+            **variant,
+        )
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*does not fit context_length")
+        api_test(make(), num_cycles=20)
+        seed_test(make, num_cycles=20)
+
+
 @pytest.mark.parametrize("task", ["imdb", "gsm8k", "arith"])
 def test_real_task_prompts_fit_context(task, real_tok) -> None:
-    """Every query's longest prompt (an observer's, with a reference) fits the API tests."""
+    """Every query's longest prompt (the last of three observers that sees both earlier
+    answers, sees="all") fits the API tests."""
     game = batched_game(task, batch_size=1, context_length=TASKS_CONTEXT[task], tokenizer=real_tok)
     reference = " 12 is the answer"
-    prompts = [game.task.prompt(1, q, [reference]) for q in game.task.queries]
+    prompts = [game.task.prompt(2, q, [reference] * 2) for q in game.task.queries]
     longest = max(len(ids) for ids in real_tok(prompts)["input_ids"])
     assert longest + API_BUDGET + 8 <= TASKS_CONTEXT[task]
 
