@@ -23,17 +23,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from transformers import (
-    LogitsProcessorList,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
 
 from agents import ppo_math as pm
 from agents import state_io
 from agents.policy import PolicyWithValue, Reference
 from agents.registry import Seat, register_learner
+from agents.sampling import SamplingDistribution, seen_before_each, seen_tokens
 from cory_env import checks
 
 FORMAT = 1
@@ -67,6 +62,11 @@ class PPOConfig:
     temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    """Sampling penalty on tokens already in the context (the official scripts: 1.1)."""
+    ratio_threshold: float | None = 10.0
+    """Skip a micro-batch whose mean PPO ratio exceeds this (TRL 0.7's guard against
+    loss spikes, default 10); None = never skip."""
     forward_batch_size: int = 16
     """Rows per no-grad forward of the reference model."""
 
@@ -86,7 +86,10 @@ class PPOConfig:
         self.top_p = checks.number(
             self.top_p, "top_p", minimum=0, maximum=1, exclusive_min=True, where=w
         )
-        for name in ("max_grad_norm", "score_clip"):
+        self.repetition_penalty = checks.number(
+            self.repetition_penalty, "repetition_penalty", hint="1 = off", **positive
+        )
+        for name in ("max_grad_norm", "score_clip", "ratio_threshold"):
             if getattr(self, name) is not None:
                 hint = (
                     "a negative norm would reverse the gradients" if name == "max_grad_norm" else ""
@@ -126,9 +129,11 @@ class Turn:
     cache: Any = None
     tokens: list[torch.Tensor] = field(default_factory=list)
     logprobs: list[torch.Tensor] = field(default_factory=list)
+    sample_logprobs: list[torch.Tensor] = field(default_factory=list)
     values: list[torch.Tensor] = field(default_factory=list)
     full_logprobs: list[torch.Tensor] = field(default_factory=list)
     entropies: list[torch.Tensor] = field(default_factory=list)
+    seen: torch.Tensor | None = None  # (B, V) tokens in the context, for a repetition penalty
 
     @classmethod
     def start(cls, obs: dict[str, np.ndarray], device: torch.device) -> Turn:
@@ -150,7 +155,8 @@ class Rollout:
     prompt_mask: torch.Tensor  # (B, P)
     tokens: torch.Tensor  # (B, T) sampled tokens, right-padded
     mask: torch.Tensor  # (B, T) 1 where the token was accepted by the game
-    logprobs: torch.Tensor  # (B, T) log pi(token) at acting time
+    logprobs: torch.Tensor  # (B, T) log pi(token) under the model at acting time
+    sample_logprobs: torch.Tensor  # (B, T) log-prob under the distribution sampled from
     values: torch.Tensor  # (B, T) V(s_t) at acting time
     full_logprobs: torch.Tensor | None  # (B, T, V) for the exact KL
     rewards: torch.Tensor  # (B,)
@@ -208,14 +214,9 @@ class PPOAgent:
         self.score_moments = pm.RunningMoments()
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.shuffle_generator = torch.Generator().manual_seed(seed + 1)
-        warpers = []
-        if config.temperature != 1.0:
-            warpers.append(TemperatureLogitsWarper(config.temperature))
-        if config.top_k > 0:
-            warpers.append(TopKLogitsWarper(config.top_k))
-        if config.top_p < 1.0:
-            warpers.append(TopPLogitsWarper(config.top_p))
-        self.warpers = LogitsProcessorList(warpers)
+        self.sampling = SamplingDistribution(
+            config.temperature, config.top_k, config.top_p, config.repetition_penalty
+        )
         self.rollout: Rollout | None = None
         self._turn: Turn | None = None
 
@@ -246,12 +247,19 @@ class PPOAgent:
                 inputs, turn.mask, positions, cache=turn.cache, use_cache=True, keep=1
             )
         logits = logits[:, -1].float()
-        logprobs = torch.log_softmax(logits, dim=-1)
-        warped = self.warpers(None, logits.clone()) if len(self.warpers) else logits
-        action = torch.multinomial(torch.softmax(warped, dim=-1), 1, generator=self.generator)
+        logprobs = torch.log_softmax(logits, dim=-1)  # the model's own distribution
+        if self.sampling.needs_history and turn.seen is None:
+            vocab = logits.shape[-1]
+            turn.seen = seen_tokens(turn.prompt_ids, turn.prompt_mask, vocab).to(self.device)
+        sampled = self.sampling.logits(logits, turn.seen)
+        action = torch.multinomial(torch.softmax(sampled, dim=-1), 1, generator=self.generator)
+        if turn.seen is not None:
+            turn.seen.scatter_(1, action, True)
         action = action.squeeze(-1)
+        sample_logprobs = logprobs if self.sampling.is_model else sampled.log_softmax(-1)
         turn.tokens.append(action.cpu())
         turn.logprobs.append(logprobs.gather(-1, action[:, None]).squeeze(-1).cpu())
+        turn.sample_logprobs.append(sample_logprobs.gather(-1, action[:, None]).squeeze(-1).cpu())
         turn.values.append(values[:, -1].float().cpu())
         turn.entropies.append(torch.distributions.Categorical(logits=logits).entropy().cpu())
         if self.config.kl_estimator == "full":
@@ -272,6 +280,7 @@ class PPOAgent:
             tokens=torch.where(mask.bool(), tokens, self.pad_token_id),
             mask=mask,
             logprobs=torch.stack(turn.logprobs, dim=1) * mask,
+            sample_logprobs=torch.stack(turn.sample_logprobs, dim=1) * mask,
             values=torch.stack(turn.values, dim=1) * mask,
             full_logprobs=torch.stack(turn.full_logprobs, dim=1) if turn.full_logprobs else None,
             rewards=torch.as_tensor(np.asarray(rewards), dtype=torch.float32),
@@ -350,7 +359,8 @@ class PPOAgent:
         # The batch tensors, built once; every mini-batch is a set of rows of them.
         data = {
             "ids": ids, "attention": seq_mask, "positions": pos, "tokens": ro.tokens,
-            "old_logprobs": ro.logprobs, "old_values": ro.values,
+            "prompt_ids": ro.prompt_ids, "prompt_mask": ro.prompt_mask,
+            "old_logprobs": ro.sample_logprobs, "old_values": ro.values,
             "advantages": advantages, "returns": returns, "mask": mask,
         }  # fmt: skip
         # Epochs of shuffled mini-batches; each mini-batch accumulates its micro-batches.
@@ -366,8 +376,17 @@ class PPOAgent:
                         logits, values, _ = self.policy(
                             mb["ids"], mb["attention"], mb["positions"], keep=T + 1
                         )
-                    logprobs_all = torch.log_softmax(response_logits(logits, T), dim=-1)
-                    logprobs = logprobs_all.gather(-1, mb["tokens"][..., None]).squeeze(-1)
+                    logits = response_logits(logits, T)
+                    logprobs_all = torch.log_softmax(logits, dim=-1)
+                    if not self.sampling.is_model:  # the distribution the tokens came from
+                        seen = None
+                        if self.sampling.needs_history:
+                            seen = seen_before_each(
+                                mb["prompt_ids"], mb["prompt_mask"], mb["tokens"], logits.shape[-1]
+                            )
+                        logits = self.sampling.logits(logits, seen)
+                    sampled_all = logprobs_all if self.sampling.is_model else logits.log_softmax(-1)
+                    logprobs = sampled_all.gather(-1, mb["tokens"][..., None]).squeeze(-1)
                     pg_loss, pg_stats = pm.policy_loss(
                         logprobs, mb["old_logprobs"], mb["advantages"], mb["mask"], cfg.clip_range
                     )
@@ -376,6 +395,12 @@ class PPOAgent:
                         cfg.clip_range_value,
                     )  # fmt: skip
                     loss = pg_loss + cfg.vf_coef * vf_loss
+                    skip = (
+                        cfg.ratio_threshold is not None and pg_stats["ratio"] > cfg.ratio_threshold
+                    )
+                    if skip:  # TRL 0.7: a spiking ratio would blow the update up
+                        loss = loss * 0.0
+                    stats["ppo/skipped_fraction"].append(float(skip))
                     self.accelerator.backward(loss * len(rows) / len(batch))
 
                     with torch.no_grad():

@@ -203,8 +203,8 @@ def policy_loss(
     Taking the max of the unclipped and clipped losses is the pessimistic bound:
     the policy gains nothing from moving the ratio exp(logp - old) outside
     [1 - clip, 1 + clip] in the direction the advantage favours. Returns the loss
-    and detached stats: ``approx_kl`` = 0.5 mean((logp - old)^2) and ``clipfrac``,
-    the fraction of tokens where the clipped branch was taken.
+    and detached stats: ``approx_kl`` = 0.5 mean((logp - old)^2), ``clipfrac``, the
+    fraction of tokens where the clipped branch was taken, and ``ratio``, its mean.
     """
     log_ratio = logprobs - old_logprobs
     ratio = torch.exp(log_ratio)
@@ -216,6 +216,7 @@ def policy_loss(
         stats = {
             "approx_kl": 0.5 * masked_mean(log_ratio.detach() ** 2, mask),
             "clipfrac": masked_mean(clipped, mask),
+            "ratio": masked_mean(ratio.detach(), mask),
         }
     return loss, stats
 

@@ -185,3 +185,61 @@ def test_each_lora_agent_optimises_exactly_its_adapter_and_value_head(tiny_token
         assert ids == expected_lm | head, agent_name
         held[agent_name] = ids
     assert held["llm_0"].isdisjoint(held["llm_1"])
+
+
+def test_seen_tokens_and_repetition_penalty_by_hand():
+    from agents.sampling import SamplingDistribution, seen_before_each
+
+    prompt = torch.tensor([[0, 2, 3]])  # 0 is padding (mask 0)
+    prompt_mask = torch.tensor([[0, 1, 1]])
+    tokens = torch.tensor([[4, 2, 1]])
+    seen = seen_before_each(prompt, prompt_mask, tokens, vocab_size=5)
+    # before t=0: {2, 3}; before t=1: {2, 3, 4}; before t=2: {2, 3, 4} (2 again)
+    assert seen[0, 0].tolist() == [False, False, True, True, False]
+    assert seen[0, 1].tolist() == [False, False, True, True, True]
+    assert seen[0, 2].tolist() == [False, False, True, True, True]
+    logits = torch.tensor([[2.0, -2.0, 2.0, -2.0, 0.5]])
+    out = SamplingDistribution(repetition_penalty=2.0).logits(logits, seen[:, 1])
+    # seen tokens 2, 3, 4: positive logits halve, negative double; 0 and 1 untouched
+    torch.testing.assert_close(out, torch.tensor([[2.0, -2.0, 1.0, -4.0, 0.25]]))
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [{"repetition_penalty": 1.3}, {"repetition_penalty": 1.1, "temperature": 0.7, "top_k": 5}],
+)
+def test_ratio_compares_the_distribution_tokens_were_drawn_from(tiny_tokenizer, tiny_lm, sampling):
+    """With a penalty or warpers, the first PPO ratio is exactly 1 (same distribution)."""
+    cfg = PPOConfig(mini_batch_size=8, ppo_epochs=1, **sampling)
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer), batch_size=8, n_agents=1, tokenizer=tiny_tokenizer
+    )
+    agent = make_agents(tiny_tokenizer, tiny_lm, 1, cfg)["llm_0"]
+    game.reset(seed=0)
+    play_batch(game, {"llm_0": agent})
+    ro = agent.rollout
+    m = ro.mask.bool()
+    assert not torch.allclose(ro.sample_logprobs[m], ro.logprobs[m]), "sampling had no effect"
+    stats = agent.learn()  # one mini-batch, one epoch: every ratio is taken before a step
+    assert stats["ppo/ratio"] == pytest.approx(1.0, abs=1e-5)
+    assert stats["ppo/approx_kl"] < 1e-9
+
+
+@pytest.mark.parametrize("threshold", [10.0, None])
+def test_a_micro_batch_with_a_spiking_ratio_is_skipped(tiny_tokenizer, tiny_lm, threshold):
+    cfg = PPOConfig(mini_batch_size=8, ppo_epochs=1, learning_rate=1e-2, ratio_threshold=threshold)
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer), batch_size=8, n_agents=1, tokenizer=tiny_tokenizer
+    )
+    agent = make_agents(tiny_tokenizer, tiny_lm, 1, cfg)["llm_0"]
+    game.reset(seed=0)
+    play_batch(game, {"llm_0": agent})
+    agent.rollout.sample_logprobs -= 5.0 * agent.rollout.mask  # ratio e^5 ~ 148 > 10
+    before = [p.detach().clone() for p in agent.model.trainable_parameters()]
+    stats = agent.learn()
+    after = agent.model.trainable_parameters()
+    moved = any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))
+    if threshold is None:
+        assert moved and stats["ppo/skipped_fraction"] == 0.0
+    else:
+        assert not moved and stats["ppo/skipped_fraction"] == 1.0

@@ -3,8 +3,8 @@ learners' defaults for that setup.
 
 Defaults follow the official scripts where they differ between the PPO baseline and CORY
 (``imdb_train/ppo.py``: initial KL coefficient 0.3, no score scaling; ``imdb_train/cory.py``:
-0.4, running score scaling and normalisation). They sit below presets, config files and
-flags: ``--init_kl_coef 0.1`` still wins.
+0.4, running score scaling and normalisation); both sample with a repetition penalty of
+1.1. They sit below presets, config files and flags: ``--init_kl_coef 0.1`` still wins.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from typing import Any
 NEVER = 10**12
 """A role-exchange period that no run reaches: exchange off."""
 
-PPO_BASELINE = {"init_kl_coef": 0.3, "score_scaling": False, "score_norm": False}
-CORY_DEFAULTS = {"init_kl_coef": 0.4, "score_scaling": True, "score_norm": True}
+SAMPLING = {"repetition_penalty": 1.1}  # both official scripts sample with it
+PPO_BASELINE = {"init_kl_coef": 0.3, "score_scaling": False, "score_norm": False, **SAMPLING}
+CORY_DEFAULTS = {"init_kl_coef": 0.4, "score_scaling": True, "score_norm": True, **SAMPLING}
 
 
 @dataclass(frozen=True)

@@ -236,6 +236,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "init_kl_coef": 0.3,
             "score_scaling": True,
             "score_norm": True,
+            "repetition_penalty": 1.0,
         },
     },
     # The embedded model on 2 CPU cores, long enough to show learning.
@@ -245,7 +246,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_new_tokens": [4, 12],
         "sample_every": 5,
         "checkpoint_every": 10,
-        # Score scaling on for PPO and CORY alike, as the README's cpu results were run.
+        # Score scaling on and no repetition penalty for PPO and CORY alike, as the README's
+        # cpu results were run (the algorithms' official defaults differ; see algorithms.py).
         "ppo": {
             "mini_batch_size": 16,
             "ppo_epochs": 4,
@@ -253,6 +255,7 @@ PRESETS: dict[str, dict[str, Any]] = {
             "init_kl_coef": 0.1,
             "score_scaling": True,
             "score_norm": True,
+            "repetition_penalty": 1.0,
         },
     },
     # The paper's IMDB settings: GPT2-Large, distilbert-imdb logits, one GPU.
