@@ -1,0 +1,197 @@
+"""The learner registry: the README's own learner, mixes, game variants, clear refusals."""
+
+from __future__ import annotations
+
+import re
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cory_env
+from agents.registry import Seat, available_learners, register_learner
+from cory_env.checks import SettingError
+from tests.conftest import make_tiny_gpt2, read_jsonl, tiny_config
+from train.config import parse_args
+from train.run import build_game_and_learners, run_training
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def readme_learner() -> types.ModuleType:
+    """Run the README's "Write your own learner" code as a module (it registers itself)."""
+    text = README.read_text()
+    match = re.search(r"```python\n# agents/unigram\.py\n(.*?)```", text, re.S)
+    assert match, "the README lost its 'Write your own learner' example"
+    code = match.group(1)
+    assert 25 <= len(code.strip().splitlines()) <= 60
+    module = types.ModuleType("readme_unigram")
+    exec(compile(code, "README.md:unigram", "exec"), module.__dict__)  # noqa: S102
+    return module
+
+
+def test_readme_learner_takes_a_seat_beside_ppo_and_resumes(tiny_model_dir, tmp_path):
+    readme_learner()
+    assert "unigram" in available_learners()
+    learners = {"llm_0": "ppo", "llm_1": "unigram"}
+    config = tiny_config(tiny_model_dir, tmp_path / "run", learners=learners, iterations=2)
+    run = run_training(config)
+    rows = read_jsonl(run.path / "metrics.jsonl")
+    assert "llm_1/reward_mean" in rows[-1] and "llm_0/ppo/loss_policy" in rows[-1]
+    assert (run.path / "checkpoint" / "llm_1" / "logits.npy").exists()
+    config, resume = parse_args(["--resume", str(run.path), "--iterations", "3"])
+    run_training(config, resume)
+    assert [r["iteration"] for r in read_jsonl(run.path / "metrics.jsonl")] == [0, 1, 2]
+
+
+def test_readme_learner_learns_a_reward(tiny_tokenizer):
+    """Paid for the word 'great', the unigram learner learns to say it."""
+    module = readme_learner()
+    great = tiny_tokenizer.convert_tokens_to_ids("great")
+    task = cory_env.custom_task(
+        ["the movie was"], lambda q, r: [x.split().count("great") / 4 for x in r],
+        max_new_tokens=4, context_length=16,
+    )  # fmt: skip
+    game = cory_env.batched_game(task, batch_size=32, n_agents=1, tokenizer=tiny_tokenizer)
+    seat = Seat("llm_0", 0, 1, None, tiny_tokenizer, len(tiny_tokenizer), 0, "", None, None, 0)
+    learner = module.UnigramLearner(seat, learning_rate=2.0)
+    rewards = []
+    for it in range(40):
+        game.reset(seed=0 if it == 0 else None)
+        while not game.done:
+            game.step(learner.act(game.observe("llm_0")), agent="llm_0")
+        learner.end_rollout(game.observe("llm_0"), game.rewards["llm_0"])
+        rewards.append(learner.learn()["reward_mean"])
+    assert np.mean(rewards[:5]) < 0.1 and np.mean(rewards[-5:]) > 0.5, rewards
+    assert learner.probs().argmax() == great
+
+
+class NoModel(Exception):
+    pass
+
+
+@pytest.fixture()
+def no_model_load(monkeypatch):
+    """Any attempt to load a model fails the test: refusals must come first."""
+
+    def refuse(*args, **kwargs):
+        raise NoModel("a model was loaded before the error")
+
+    monkeypatch.setattr("train.run.load_causal_lm", refuse)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"learners": {"llm_0": "ppo", "llm_1": "sarsa"}}, "unknown learner 'sarsa'"),
+        ({"learners": {"llm_0": "ppo"}}, r"seats \['llm_1'\] have no learner"),
+        ({"learners": {"llm_0": "ppo", "llm_1": "ppo", "llm_2": "ppo"}}, "no seats"),
+        ({"algorithm": "moe", "n_agents": 3}, "n_agents must be an integer >= 2 and <= 2"),
+        ({"algorithm": "cory", "n_agents": 9}, "n_agents must be an integer >= 2 and <= 8"),
+        (
+            {"learners": {"llm_0": {"learner": "ppo", "clip": 2}, "llm_1": "ppo"}},
+            "unknown settings",
+        ),
+        ({"learner_settings": {"reset_freq": 3}}, "belong to no seat's learner"),
+        ({"models": {"llm_5": "gpt2"}}, "no seats"),
+    ],
+)
+def test_bad_learner_setups_are_refused_before_any_model_loads(
+    tiny_model_dir, tmp_path, no_model_load, overrides, message
+):
+    with pytest.raises(SettingError, match=message):
+        run_training(tiny_config(tiny_model_dir, tmp_path / "run", **overrides))
+
+
+def test_group_baselines_refuse_a_game_without_groups(tiny_model_dir, tmp_path, no_model_load):
+    for name in ("rloo", "grpo"):
+        with pytest.raises(SettingError, match="group_size"):
+            tiny_config(tiny_model_dir, tmp_path, algorithm=name, group_size=1)
+
+
+def test_a_learner_class_without_the_protocol_is_refused_at_registration():
+    with pytest.raises(TypeError, match=r"lacks \['learn', 'save', 'load', 'turn_stats'\]"):
+
+        @register_learner("half")
+        class Half:
+            def act(self, obs):
+                return obs
+
+            def end_rollout(self, obs, rewards):
+                pass
+
+    assert "half" not in available_learners()
+
+
+def test_a_factory_that_returns_no_learner_is_refused(tiny_model_dir, tmp_path):
+    register_learner("broken")(lambda seat: object())
+    try:
+        config = tiny_config(
+            tiny_model_dir, tmp_path / "run", learners={"llm_0": "ppo", "llm_1": "broken"}
+        )
+        with pytest.raises(TypeError, match="lacks the Learner methods"):
+            build_game_and_learners(config)
+    finally:
+        from agents import registry
+
+        registry._REGISTRY.pop("broken")
+
+
+def test_three_agent_chain_trains_and_rotates_roles(tiny_model_dir, tmp_path):
+    config = tiny_config(tiny_model_dir, tmp_path / "run", n_agents=3, sees="all")
+    run = run_training(config)
+    rows = read_jsonl(run.path / "metrics.jsonl")
+    assert [r["llm_0/role"] for r in rows] == ["pioneer", "observer_2", "observer_1"]
+    assert all(f"llm_{i}/kl" in rows[0] for i in range(3))
+
+
+def test_game_variants_reach_the_game(tiny_model_dir, tmp_path):
+    config = tiny_config(
+        tiny_model_dir, tmp_path, sees="none", lam=-0.5, reward_norm=True,
+        role_exchange_period=10**9, group_size=2,
+    )  # fmt: skip
+    game, learners = build_game_and_learners(config)
+    settings = game.settings
+    assert (settings.sees, settings.lam, settings.reward_norm, game.group_size) == (
+        "none", -0.5, True, 2,
+    )  # fmt: skip
+    assert settings.role_exchange_period == 10**9
+
+
+@pytest.fixture(scope="module")
+def other_model_dir(tmp_path_factory):
+    """A GPT-2 with a word-level tokenizer of another vocabulary (another order, more words)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from tests.conftest import WORDS
+
+    words = ["<pad>", "<eos>", "<unk>", *reversed(WORDS[2:]), "extra", "words", "here"]
+    core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    core.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=core, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
+    path = tmp_path_factory.mktemp("other-model")
+    make_tiny_gpt2(len(tokenizer)).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def test_heterogeneous_seats_each_have_their_model_tokenizer_and_reference(
+    tiny_model_dir, other_model_dir, tmp_path
+):
+    config = tiny_config(
+        tiny_model_dir, tmp_path / "run", models={"llm_1": other_model_dir}, iterations=2
+    )
+    game, learners = build_game_and_learners(config)
+    a, b = learners["llm_0"], learners["llm_1"]
+    assert a.reference is not b.reference
+    assert type(a.model.lm).__name__ == "LlamaForCausalLM"
+    assert type(b.model.lm).__name__ == "GPT2LMHeadModel"
+    assert game.action_space("llm_0").n != game.action_space("llm_1").n
+    assert game.tokenizers[0] is not game.tokenizers[1]
+    run = run_training(config)
+    rows = read_jsonl(run.path / "metrics.jsonl")
+    assert len(rows) == 2 and rows[-1]["llm_1/kl"] >= 0
