@@ -1,0 +1,210 @@
+"""RLOO and GRPO: critic-free learners whose baseline is the other answers to the same query.
+
+The game plays each query k = ``group_size`` times in consecutive rows (rows
+``[g*k, (g+1)*k)`` share query g), so the k answers' rewards give each answer a baseline
+with no value model. Both follow TRL's current trainers (``trl/trainer/rloo_trainer.py``
+and ``grpo_trainer.py`` at 1.10.0.dev0), with PPO's settings where TRL has a counterpart:
+``clip_range`` = TRL's ``epsilon`` (0.2), ``ppo_epochs`` = ``num_iterations`` (mu; TRL's
+default is 1), the KL coefficient ``beta`` = ``init_kl_coef`` under PPO's adaptive or fixed
+controller (TRL's is fixed: ``adaptive_kl: false``; its defaults are 0.05 for RLOO and 0.0
+for GRPO), one optimiser step per mini-batch (TRL's default: one per generation batch, i.e.
+``mini_batch_size`` = ``batch_size``), scores scaled as PPO's ``score_*`` settings say (TRL:
+raw). Log-probs are the model's own, the old ones recorded while acting (TRL divides the
+logits by the temperature, 1 here by default). PPO settings with no meaning here: ``gamma``,
+``gae_lambda``, ``clip_range_value``, ``vf_coef``.
+
+- **RLOO** (Ahmadian et al. 2024): KL enters the *reward*. R_i = score_i - beta * sum_t KL_t
+  (TRL: the k1 estimate ``logp_old - logp_ref``, i.e. ``kl_estimator: k1``; here the KL PPO
+  computes, by default the exact one), A_i = R_i - mean_{j != i} R_j, optionally normalised
+  over the batch ((A - mean) / (std + 1e-4): TRL's ``normalize_advantages``, default off;
+  here PPO's ``whiten_advantages``). Loss: a clipped ratio of *sequence* probabilities,
+  rho_i = exp(sum_t logp_t - sum_t logp_old_t), -min(rho A, clip(rho, 1-eps, 1+eps) A),
+  mean over answers.
+- **GRPO** (Shao et al. 2024): KL enters the *loss*. A_i = (score_i - mean(group)) /
+  (std(group) + 1e-4) (``scale_rewards``: group / batch / none, as TRL); per token
+  -min(r_t A, clip(r_t) A) + beta * k3_t with r_t = exp(logp_t - logp_old_t) and
+  k3_t = exp(logp_ref - logp) - (logp_ref - logp) - 1 on the current policy (so it has a
+  gradient), summed over the mini-batch's valid tokens and divided by their number (TRL's
+  default ``loss_type="dapo"``). ``whiten_advantages`` does not apply.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agents import pg_math as pg
+from agents import ppo_math as pm
+from agents.policy import PolicyWithValue, Reference
+from agents.ppo import PPOConfig, Rollout, response_logits
+from agents.registry import Seat, register_learner
+from agents.reinforce import CriticFreeAgent
+from cory_env import checks
+
+SCALE_REWARDS = ("group", "batch", "none")
+
+
+@dataclass
+class RLOOConfig(PPOConfig):
+    """PPO's settings; RLOO reads the ones named in ``agents/group.py``'s docstring."""
+
+
+@dataclass
+class GRPOConfig(PPOConfig):
+    """PPO's settings plus how group advantages are scaled (TRL's ``scale_rewards``)."""
+
+    scale_rewards: str = "group"
+
+    def validate(self) -> None:
+        super().validate()
+        checks.choice(self.scale_rewards, "scale_rewards", SCALE_REWARDS, where="grpo")
+
+
+def needs_groups(name: str) -> Callable[[Any], None]:
+    """A registry ``check``: refuse a game without groups, before any model loads."""
+
+    def check(run_config: Any) -> None:
+        k = run_config.group_size
+        if k < 2:
+            raise checks.SettingError(
+                f"{name} needs group_size >= 2 (each query answered k times, each answer "
+                f"judged against the others), got {k}; set e.g. --group_size 4 and a "
+                "batch_size that is a multiple of it"
+            )
+
+    return check
+
+
+class GroupAgent(CriticFreeAgent):
+    """A critic-free learner that reads each query's k answers as one group."""
+
+    def __init__(
+        self,
+        policy: PolicyWithValue,
+        reference: Reference,
+        config: PPOConfig,
+        pad_token_id: int,
+        group_size: int,
+        accelerator: Any = None,
+        seed: int = 0,
+    ) -> None:
+        if group_size < 2:
+            raise checks.SettingError(f"{self.name} needs group_size >= 2, got {group_size}")
+        super().__init__(policy, reference, config, pad_token_id, accelerator, seed)
+        self.group_size = group_size
+
+    def group_stats(self, rewards: torch.Tensor) -> dict[str, float]:
+        """How often a group's answers all scored alike (no signal for that query)."""
+        std = rewards.view(-1, self.group_size).std(dim=1)
+        return {f"{self.name}/frac_reward_zero_std": float((std < 1e-8).float().mean())}
+
+
+class RLOOAgent(GroupAgent):
+    """RLOO: leave-one-out advantages of KL-penalised sequence rewards (module doc)."""
+
+    name = "rloo"
+
+    def learn(self) -> dict[str, float]:
+        cfg, ro = self.config, self.take_rollout()
+        kl = self.reference_kl(ro)
+        scores = self.scaled_scores(ro)
+        beta = float(self.kl_ctl.value)
+        rewards = scores - beta * kl.sum(dim=1)
+        advantages = pg.rloo_advantages(rewards, self.group_size)
+        if cfg.whiten_advantages:
+            advantages = pg.normalize(advantages)
+        data = {**self.batch_tensors(ro), "advantages": advantages}
+
+        def loss_fn(mb: dict[str, torch.Tensor], logprobs: torch.Tensor) -> tuple[Any, dict]:
+            seq = (logprobs * mb["mask"]).sum(dim=1, keepdim=True)
+            old = (mb["old_logprobs"] * mb["mask"]).sum(dim=1, keepdim=True)
+            return pm.policy_loss(
+                seq, old, mb["advantages"][:, None], torch.ones_like(seq), cfg.clip_range
+            )
+
+        stats = self.gradient_pass(data, cfg.ppo_epochs, loss_fn, per_token=False)
+        return {
+            **stats,
+            **self.finish(ro, kl, beta, scores),
+            **self.group_stats(rewards),
+            "rloo/rewards_mean": float(rewards.mean()),
+        }
+
+
+class GRPOAgent(GroupAgent):
+    """GRPO: group-normalised advantages, clipped token ratios, k3 KL in the loss (module doc)."""
+
+    name = "grpo"
+
+    @torch.no_grad()
+    def reference_pass(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        """From one reference forward: the KL per token as PPO computes it (for the KL
+        controller and the reported KL) and the reference log-prob of each sampled token
+        (for the k3 term of the loss). Both (B, T), zero on padding."""
+        ids, mask, pos = rollout.sequences()
+        T = rollout.tokens.shape[1]
+        kls, token_lps = [], []
+        for rows in torch.arange(len(ids)).split(self.config.forward_batch_size):
+            with self.accelerator.autocast():
+                logits = self.reference.logits(
+                    ids[rows].to(self.device),
+                    mask[rows].to(self.device),
+                    pos[rows].to(self.device),
+                    keep=T + 1,
+                )
+            ref_lp = torch.log_softmax(response_logits(logits, T), dim=-1).cpu()
+            ref_tok = ref_lp.gather(-1, rollout.tokens[rows, :, None]).squeeze(-1)
+            if self.config.kl_estimator == "full":
+                kls.append(pm.kl_per_token(rollout.full_logprobs[rows], ref_lp))
+            else:
+                est = self.config.kl_estimator
+                kls.append(pm.kl_sampled(rollout.logprobs[rows], ref_tok, est))
+            token_lps.append(ref_tok)
+        return torch.cat(kls) * rollout.mask, torch.cat(token_lps) * rollout.mask
+
+    def learn(self) -> dict[str, float]:
+        cfg, ro = self.config, self.take_rollout()
+        kl, ref_logprobs = self.reference_pass(ro)
+        scores = self.scaled_scores(ro)
+        beta = float(self.kl_ctl.value)
+        advantages = pg.grpo_advantages(scores, self.group_size, cfg.scale_rewards)
+        data = {**self.batch_tensors(ro), "advantages": advantages, "ref_logprobs": ref_logprobs}
+
+        def loss_fn(mb: dict[str, torch.Tensor], logprobs: torch.Tensor) -> tuple[Any, dict]:
+            adv = mb["advantages"][:, None].expand_as(logprobs)
+            pg_loss, pg_stats = pm.policy_loss(
+                logprobs, mb["old_logprobs"], adv, mb["mask"], cfg.clip_range
+            )
+            k3 = pm.masked_mean(pm.kl_sampled(logprobs, mb["ref_logprobs"], "k3"), mb["mask"])
+            return pg_loss + beta * k3, {"loss_policy": pg_loss, "loss_kl": k3, **pg_stats}
+
+        stats = self.gradient_pass(data, cfg.ppo_epochs, loss_fn, per_token=True)
+        return {**stats, **self.finish(ro, kl, beta, scores), **self.group_stats(scores)}
+
+
+def _build(cls: type[GroupAgent], seat: Seat) -> GroupAgent:
+    policy, reference = seat.models.policy(seat.model, seat.agent)
+    return cls(
+        policy,
+        reference,
+        seat.settings,
+        seat.pad_token_id,
+        seat.group_size,
+        seat.accelerator,
+        seed=seat.seed,
+    )
+
+
+@register_learner("rloo", config=RLOOConfig, check=needs_groups("rloo"))
+def make_rloo_agent(seat: Seat) -> GroupAgent:
+    """RLOO: leave-one-out baseline over k answers per query, KL in the reward, no critic."""
+    return _build(RLOOAgent, seat)
+
+
+@register_learner("grpo", config=GRPOConfig, check=needs_groups("grpo"))
+def make_grpo_agent(seat: Seat) -> GroupAgent:
+    """GRPO: group-normalised advantages, clipped PPO loss with a k3 KL term, no critic."""
+    return _build(GRPOAgent, seat)
