@@ -186,3 +186,21 @@ def test_checkpoint_restores_game_and_rngs(tiny_tokenizer, tmp_path):
     assert ckpt.load_checkpoint(tmp_path, learners(), fresh) == 1
     fresh.reset()
     assert ([q.text for q in fresh.queries], np.random.rand()) == expected
+
+
+def test_tensorboard_holds_each_iteration_once_after_a_crash_and_resume(tiny_model_dir, tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_path = tmp_path / "run"
+    run_training(tiny_config(tiny_model_dir, run_path, iterations=2, checkpoint_every=1))
+    shutil.copytree(run_path / "checkpoint", tmp_path / "after-iteration-1")
+    resume(run_path, iterations=3)  # logs iteration 2, then checkpoints it
+    # A crash after iteration 2 was logged but before its checkpoint landed:
+    shutil.rmtree(run_path / "checkpoint")
+    shutil.copytree(tmp_path / "after-iteration-1", run_path / "checkpoint")
+    resume(run_path, iterations=3)  # iteration 2 again
+    events = EventAccumulator(str(run_path / "tensorboard"))
+    events.Reload()
+    steps = [e.step for e in events.Scalars("llm_0/score")]
+    assert steps == [0, 1, 2]
+    assert [r["iteration"] for r in read_jsonl(run_path / "metrics.jsonl")] == [0, 1, 2]
