@@ -19,7 +19,7 @@ each learner for ``turn_stats(game.observe(agent))``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -54,6 +54,16 @@ class Learner(Protocol):
 
 
 PROTOCOL_METHODS = ("act", "end_rollout", "learn", "save", "load", "turn_stats")
+
+
+@runtime_checkable
+class Exportable(Protocol):
+    """A learner whose policy can leave as a standard Hugging Face model (LLM learners)."""
+
+    def export(
+        self, path: Path, tokenizer: Any, merge: bool = False, info: dict | None = None
+    ) -> Path:
+        """Write the policy into the new folder ``path``; ``merge`` folds LoRA adapters in."""
 
 
 class RandomLearner:

@@ -433,6 +433,14 @@ class PPOAgent:
         }
 
     # ------------------------------------------------------------------ persistence
+    def export(
+        self, path: Path, tokenizer: Any, merge: bool = False, info: dict | None = None
+    ) -> Path:
+        """The policy as a Hugging Face model folder plus its value head (agents/export.py)."""
+        from agents.export import export_policy
+
+        return export_policy(self.model, tokenizer, path, merge, info)
+
     def save(self, path: Path) -> None:
         """Weights, optimiser and RNG states as safetensors; the rest as JSON, written last."""
         path = Path(path)

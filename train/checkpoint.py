@@ -103,14 +103,19 @@ def _promote(folder: Path) -> Path:
     return current
 
 
-def load_checkpoint(run_path: Path, learners: dict[str, Learner], game: BatchedTextGame) -> int:
-    """Restore learners, game and RNGs; returns the next iteration to run."""
-    folder = _promote(find_checkpoint(run_path))
-    state = state_io.require(
+def load_json_state(folder: Path) -> dict:
+    """The run state (``state.json``) of a complete checkpoint folder."""
+    return state_io.require(
         state_io.load_json(folder / MARKER),
         ("format", "iteration", "agents", "game", "numpy_rng", "python_rng"),
         folder / MARKER,
     )
+
+
+def load_checkpoint(run_path: Path, learners: dict[str, Learner], game: BatchedTextGame) -> int:
+    """Restore learners, game and RNGs; returns the next iteration to run."""
+    folder = _promote(find_checkpoint(run_path))
+    state = load_json_state(folder)
     if state["format"] != FORMAT:
         raise state_io.invalid(folder / MARKER, f"unknown format {state['format']!r}")
     if sorted(state["agents"]) != sorted(learners):

@@ -1,0 +1,67 @@
+"""Exported agents load with transformers alone and compute the policy's own logits."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tests.conftest import tiny_config
+from train.checkpoint import find_checkpoint
+from train.export import export_run, main
+from train.run import build_game_and_learners, run_training
+
+IDS = torch.tensor([[2, 3, 4, 5, 6, 7]])
+
+
+def trained_policy(config, run_path, agent):
+    """The run's agent, rebuilt from its checkpoint as training would resume it."""
+    game, learners = build_game_and_learners(config)
+    learners[agent].load(find_checkpoint(run_path) / agent)
+    return learners[agent].model
+
+
+def policy_logits(policy):
+    mask = torch.ones_like(IDS)
+    positions = torch.arange(IDS.shape[1])[None]
+    with torch.no_grad():
+        logits, values, _ = policy(IDS, mask, positions)
+    return logits, values
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_exported_agents_reload_with_transformers_alone(tiny_model_dir, tmp_path, lora):
+    overrides = {"lora": True, "lora_target_modules": ["q_proj", "v_proj"]} if lora else {}
+    config = tiny_config(tiny_model_dir, tmp_path / "run", iterations=2, **overrides)
+    run_training(config)
+    exported = export_run(tmp_path / "run", tmp_path / "out")
+    assert set(exported) == {"llm_0", "llm_1"}
+    for agent in ("llm_0", "llm_1"):
+        policy = trained_policy(config, tmp_path / "run", agent)
+        expected, values = policy_logits(policy)
+        model = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / agent).eval()
+        with torch.no_grad():
+            got = model(IDS).logits
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+        assert AutoTokenizer.from_pretrained(tmp_path / "out" / agent).pad_token == "<pad>"
+        head = load_file(str(tmp_path / "out" / agent / "value_head.safetensors"))
+        torch.testing.assert_close(head["weight"], policy.value_head.weight.detach())
+        if lora:
+            assert (tmp_path / "out" / agent / "adapter_config.json").exists()
+    # The policy moved away from the base: the export is not just the base model.
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    with torch.no_grad():
+        assert not torch.allclose(base(IDS).logits, expected, atol=1e-6)
+    if lora:
+        main([str(tmp_path / "run"), str(tmp_path / "merged"), "--merge"])
+        merged = AutoModelForCausalLM.from_pretrained(tmp_path / "merged" / "llm_1").eval()
+        assert not (tmp_path / "merged" / "llm_1" / "adapter_config.json").exists()
+        with torch.no_grad():
+            torch.testing.assert_close(merged(IDS).logits, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_export_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main([str(tmp_path), str(tmp_path / "out")])
+    assert "not a run folder" in capsys.readouterr().err

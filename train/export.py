@@ -1,0 +1,60 @@
+"""Export a run's agents as Hugging Face model folders that load without this project.
+
+python train/export.py RUN_DIR OUT_DIR            # OUT_DIR/llm_0, OUT_DIR/llm_1, ...
+python train/export.py RUN_DIR OUT_DIR --merge    # LoRA runs: merged weights, not adapters
+
+Each folder loads with ``AutoModelForCausalLM.from_pretrained(OUT_DIR / "llm_0")`` and
+holds the agent's tokenizer and its value head (``value_head.safetensors``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from agents.base import Exportable
+
+
+def export_run(run_dir: Path, out_dir: Path, merge: bool = False) -> dict[str, Path]:
+    """Load the run's checkpoint and export every agent that has an LLM policy."""
+    from train.checkpoint import find_checkpoint, load_json_state
+    from train.config import build_config
+    from train.run import build_game_and_learners
+
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    config = build_config(config_file=run_dir / "config.yaml", overrides={"device": "cpu"})
+    folder = find_checkpoint(run_dir)
+    iteration = load_json_state(folder)["iteration"]
+    game, learners = build_game_and_learners(config)
+    exported = {}
+    for i, (agent, learner) in enumerate(learners.items()):
+        learner.load(folder / agent)
+        if not isinstance(learner, Exportable):
+            print(f"{agent}: its learner has no LLM policy to export; skipped")
+            continue
+        info = {"run": str(run_dir), "iteration": iteration, "agent": agent,
+                "model": config.seat_models()[agent]}  # fmt: skip
+        exported[agent] = learner.export(out_dir / agent, game.tokenizers[i], merge, info)
+        print(f"{agent} -> {exported[agent]}")
+    return exported
+
+
+def main(argv: list[str] | None = None) -> dict[str, Path]:
+    from agents.state_io import CheckpointError
+    from cory_env.checks import SettingError
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("run_dir", type=Path, help="a run folder with a checkpoint")
+    parser.add_argument("out_dir", type=Path, help="a new folder for the exported agents")
+    parser.add_argument("--merge", action="store_true", help="LoRA: merge adapters into weights")
+    args = parser.parse_args(argv)
+    if not (args.run_dir / "config.yaml").is_file():
+        parser.error(f"{args.run_dir} is not a run folder (it has no config.yaml)")
+    try:
+        return export_run(args.run_dir, args.out_dir, args.merge)
+    except (SettingError, FileNotFoundError, FileExistsError, CheckpointError) as err:
+        parser.error(str(err))
+
+
+if __name__ == "__main__":
+    main()
