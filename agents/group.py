@@ -9,9 +9,11 @@ default is 1), the KL coefficient ``beta`` = ``init_kl_coef`` under PPO's adapti
 controller (TRL's is fixed: ``adaptive_kl: false``; its defaults are 0.05 for RLOO and 0.0
 for GRPO), one optimiser step per mini-batch (TRL's default: one per generation batch, i.e.
 ``mini_batch_size`` = ``batch_size``), scores scaled as PPO's ``score_*`` settings say (TRL:
-raw). Log-probs are the model's own, the old ones recorded while acting (TRL divides the
-logits by the temperature, 1 here by default). PPO settings with no meaning here: ``gamma``,
-``gae_lambda``, ``clip_range_value``, ``vf_coef``.
+raw). The ratio's log-probs are those of the distribution the tokens were sampled from, the
+old ones recorded while acting, as PPOAgent takes them (TRL: the model's logits divided by
+the temperature); the KL is always the model's own distribution's. PPO settings with no
+meaning here: ``gamma``, ``gae_lambda``, ``clip_range_value``, ``vf_coef``,
+``ratio_threshold``.
 
 - **RLOO** (Ahmadian et al. 2024): KL enters the *reward*. R_i = score_i - beta * sum_t KL_t
   (TRL: the k1 estimate ``logp_old - logp_ref``, i.e. ``kl_estimator: k1``; here the KL PPO
@@ -118,7 +120,7 @@ class RLOOAgent(GroupAgent):
             advantages = pg.normalize(advantages)
         data = {**self.batch_tensors(ro), "advantages": advantages}
 
-        def loss_fn(mb: dict[str, torch.Tensor], logprobs: torch.Tensor) -> tuple[Any, dict]:
+        def loss_fn(mb: dict, logprobs: torch.Tensor, own: torch.Tensor) -> tuple[Any, dict]:
             seq = (logprobs * mb["mask"]).sum(dim=1, keepdim=True)
             old = (mb["old_logprobs"] * mb["mask"]).sum(dim=1, keepdim=True)
             return pm.policy_loss(
@@ -173,12 +175,12 @@ class GRPOAgent(GroupAgent):
         advantages = pg.grpo_advantages(scores, self.group_size, cfg.scale_rewards)
         data = {**self.batch_tensors(ro), "advantages": advantages, "ref_logprobs": ref_logprobs}
 
-        def loss_fn(mb: dict[str, torch.Tensor], logprobs: torch.Tensor) -> tuple[Any, dict]:
+        def loss_fn(mb: dict, logprobs: torch.Tensor, own: torch.Tensor) -> tuple[Any, dict]:
             adv = mb["advantages"][:, None].expand_as(logprobs)
             pg_loss, pg_stats = pm.policy_loss(
                 logprobs, mb["old_logprobs"], adv, mb["mask"], cfg.clip_range
             )
-            k3 = pm.masked_mean(pm.kl_sampled(logprobs, mb["ref_logprobs"], "k3"), mb["mask"])
+            k3 = pm.masked_mean(pm.kl_sampled(own, mb["ref_logprobs"], "k3"), mb["mask"])
             return pg_loss + beta * k3, {"loss_policy": pg_loss, "loss_kl": k3, **pg_stats}
 
         stats = self.gradient_pass(data, cfg.ppo_epochs, loss_fn, per_token=True)

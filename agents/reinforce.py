@@ -12,9 +12,12 @@
    say) of ``loss = -mean over valid tokens of logprob_t * (G_t - b)``;
 5. the KL controller update from the batch's mean summed KL, as PPO.
 
-With ``whiten_advantages`` (PPO's setting) ``G_t - b`` is divided by its std over the batch
-(scale only: the baseline keeps its meaning). PPO settings with no meaning here: ``ppo_epochs``
-(one pass), ``gae_lambda``, ``clip_range``, ``clip_range_value``, ``vf_coef``.
+``logprob_t`` is taken under the distribution the token was sampled from (PPOAgent's rule,
+agents/sampling.py: the model's own unless a repetition penalty, temperature, top-k or top-p
+reshapes it). With ``whiten_advantages`` (PPO's setting) ``G_t - b`` is divided by its std
+over the batch (scale only: the baseline keeps its meaning). PPO settings with no meaning
+here: ``ppo_epochs`` (one pass), ``gae_lambda``, ``clip_range``, ``clip_range_value``,
+``vf_coef``, ``ratio_threshold``.
 
 :class:`CriticFreeAgent` is the part RLOO and GRPO (``agents/group.py``) share: PPOAgent's
 acting, reference KL, KL control and persistence, with the value head frozen.
@@ -37,12 +40,17 @@ from agents import state_io
 from agents.policy import PolicyWithValue, Reference
 from agents.ppo import PPOAgent, PPOConfig, Rollout, response_logits
 from agents.registry import Seat, register_learner
+from agents.sampling import seen_before_each
 from cory_env import checks
 
 BASELINES = ("batch_mean", "running_mean", "none")
 
-LossFn = Callable[[dict[str, torch.Tensor], torch.Tensor], tuple[torch.Tensor, dict[str, Any]]]
-"""``(micro_batch, token_logprobs) -> (mean loss over the micro-batch's units, stats)``."""
+LossFn = Callable[
+    [dict[str, torch.Tensor], torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, Any]]
+]
+"""``(micro_batch, logprobs, own_logprobs) -> (mean loss over the micro-batch's units, stats)``:
+each response token's log-prob under the distribution it was sampled from, and under the
+model's own distribution (the same unless sampling reshapes it; see agents/sampling.py)."""
 
 
 @dataclass
@@ -112,7 +120,8 @@ class CriticFreeAgent(PPOAgent):
         ids, attention, positions = rollout.sequences()
         return {
             "ids": ids, "attention": attention, "positions": positions,
-            "tokens": rollout.tokens, "old_logprobs": rollout.logprobs,
+            "tokens": rollout.tokens, "prompt_ids": rollout.prompt_ids,
+            "prompt_mask": rollout.prompt_mask, "old_logprobs": rollout.sample_logprobs,
             "mask": rollout.mask.float(),
         }  # fmt: skip
 
@@ -140,9 +149,10 @@ class CriticFreeAgent(PPOAgent):
                         logits, _, _ = self.policy(
                             mb["ids"], mb["attention"], mb["positions"], keep=T + 1
                         )
-                    logprobs_all = torch.log_softmax(response_logits(logits, T), dim=-1)
-                    logprobs = logprobs_all.gather(-1, mb["tokens"][..., None]).squeeze(-1)
-                    loss, step_stats = loss_fn(mb, logprobs)
+                    logits = response_logits(logits, T)
+                    logprobs_all = torch.log_softmax(logits, dim=-1)
+                    own = logprobs_all.gather(-1, mb["tokens"][..., None]).squeeze(-1)
+                    loss, step_stats = loss_fn(mb, self.sampled_logprobs(logits, own, mb), own)
                     units = float(mb["mask"].sum()) if per_token else len(rows)
                     self.accelerator.backward(loss * (units / total))
                     with torch.no_grad():
@@ -158,6 +168,22 @@ class CriticFreeAgent(PPOAgent):
                     stats[f"{self.name}/grad_norm"].append(float(norm))
                 self.optimizer.step()
         return {k: float(np.mean(v)) for k, v in stats.items()}
+
+    def sampled_logprobs(
+        self, logits: torch.Tensor, own: torch.Tensor, mb: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """Each token's log-prob under the distribution it was drawn from, as PPOAgent takes
+        it (``own`` when sampling is the model's): the gradient is that of the policy that
+        acted, and a ratio to the recorded log-probs starts at exactly 1."""
+        if self.sampling.is_model:
+            return own
+        seen = None
+        if self.sampling.needs_history:
+            seen = seen_before_each(
+                mb["prompt_ids"], mb["prompt_mask"], mb["tokens"], logits.shape[-1]
+            )
+        sampled = self.sampling.logits(logits, seen).log_softmax(-1)
+        return sampled.gather(-1, mb["tokens"][..., None]).squeeze(-1)
 
     def finish(
         self, rollout: Rollout, kl: torch.Tensor, kl_coef: float, scores: torch.Tensor
@@ -220,7 +246,7 @@ class ReinforceAgent(CriticFreeAgent):
             advantages = pg.scale_only(advantages, mask) * mask
         data = {**self.batch_tensors(ro), "advantages": advantages}
 
-        def loss_fn(mb: dict[str, torch.Tensor], logprobs: torch.Tensor) -> tuple[Any, dict]:
+        def loss_fn(mb: dict, logprobs: torch.Tensor, own: torch.Tensor) -> tuple[Any, dict]:
             return -pm.masked_mean(logprobs * mb["advantages"], mb["mask"]), {}
 
         stats = self.gradient_pass(data, 1, loss_fn, per_token=True)

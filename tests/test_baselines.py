@@ -317,6 +317,30 @@ def test_gradient_accumulation_gives_the_mini_batch_gradient(tiny_tokenizer, tin
                 torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-4)
 
 
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_a_repetition_penalty_trains_the_distribution_sampled_from(
+    tiny_tokenizer, tiny_lm, monkeypatch, name
+):
+    """As PPO: log-probs under the penalised distribution the tokens came from, so the
+    first ratio is exactly 1 and REINFORCE's gradient is that of the policy that acted."""
+    cls, config = LEARNERS[name]
+    cfg = config(mini_batch_size=4, ppo_epochs=1, repetition_penalty=1.3, **FIXED)
+    [policy], reference = build_policies(tiny_lm, 1)
+    extra = {} if cls is ReinforceAgent else {"group_size": 2}
+    agent = cls(policy, reference, cfg, tiny_tokenizer.pad_token_id, **extra)
+    ro = rollout_of(agent, tiny_tokenizer, batch=4, budget=4, group_size=2)
+    assert not torch.allclose(ro.sample_logprobs, ro.logprobs)  # the penalty reshaped them
+    agent.rollout = dataclasses.replace(ro, rewards=torch.tensor([1.0, 0.0, 0.5, 0.2]))
+    seen = spy_on_gradient_pass(agent, monkeypatch)
+    stats = agent.learn()
+    if name == "reinforce":
+        mask = ro.mask.float()
+        loss = -(ro.sample_logprobs * seen["advantages"] * mask).sum() / mask.sum()
+        assert stats["reinforce/loss"] == pytest.approx(float(loss), abs=1e-4)
+    else:
+        assert stats[f"{name}/ratio"] == pytest.approx(1.0, abs=1e-4)
+
+
 def test_grpo_reference_pass_is_ppos_kl_plus_the_token_logprobs(tiny_tokenizer, tiny_lm):
     agent = group_agent(GRPOAgent, GRPOConfig(), tiny_tokenizer, tiny_lm)
     ro = rollout_of(agent, tiny_tokenizer, batch=4, budget=3, group_size=2)
