@@ -113,7 +113,9 @@ class PolicyWithValue(nn.Module):
             return [p for p in self.parameters() if p.requires_grad]
         marker = f".{self.adapter}."
         own = [p for n, p in self.lm.named_parameters() if "lora_" in n and marker in n]
-        return own + list(self.value_head.parameters())
+        # Not filtered by requires_grad: peft's set_adapter switches that flag on the
+        # adapters as agents take turns. A learner without a critic freezes the head.
+        return own + [p for p in self.value_head.parameters() if p.requires_grad]
 
     def policy_state_dict(self) -> dict[str, torch.Tensor]:
         """What this agent owns: its adapter (LoRA) or its full LM, plus the value head."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from agents import ppo_math as pm
 from agents import state_io
@@ -333,6 +334,19 @@ class PPOAgent:
                 )
         return torch.cat(chunks) * rollout.mask
 
+    def sampled_logprobs(self, logits: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Each response token's log-prob under the distribution it was drawn from: the
+        model's own, or as the sampling settings reshape it (``agents/sampling.py``), so the
+        ratio to the log-probs recorded while acting starts at exactly 1."""
+        if not self.sampling.is_model:
+            seen = None
+            if self.sampling.needs_history:
+                seen = seen_before_each(
+                    mb["prompt_ids"], mb["prompt_mask"], mb["tokens"], logits.shape[-1]
+                )
+            logits = self.sampling.logits(logits, seen)
+        return selective_log_softmax(logits, mb["tokens"])
+
     def learn(self) -> dict[str, float]:
         """One PPO update on the rollout collected since the last call."""
         if self.rollout is None:
@@ -377,16 +391,7 @@ class PPOAgent:
                             mb["ids"], mb["attention"], mb["positions"], keep=T + 1
                         )
                     logits = response_logits(logits, T)
-                    logprobs_all = torch.log_softmax(logits, dim=-1)
-                    if not self.sampling.is_model:  # the distribution the tokens came from
-                        seen = None
-                        if self.sampling.needs_history:
-                            seen = seen_before_each(
-                                mb["prompt_ids"], mb["prompt_mask"], mb["tokens"], logits.shape[-1]
-                            )
-                        logits = self.sampling.logits(logits, seen)
-                    sampled_all = logprobs_all if self.sampling.is_model else logits.log_softmax(-1)
-                    logprobs = sampled_all.gather(-1, mb["tokens"][..., None]).squeeze(-1)
+                    logprobs = self.sampled_logprobs(logits, mb)
                     pg_loss, pg_stats = pm.policy_loss(
                         logprobs, mb["old_logprobs"], mb["advantages"], mb["mask"], cfg.clip_range
                     )
@@ -404,7 +409,7 @@ class PPOAgent:
                     self.accelerator.backward(loss * len(rows) / len(batch))
 
                     with torch.no_grad():
-                        entropy = -(logprobs_all.exp() * logprobs_all).sum(-1)
+                        entropy = entropy_from_logits(logits.detach())
                     step_stats = {"loss_policy": pg_loss, "loss_value": vf_loss, "loss_total": loss,
                                   "entropy": pm.masked_mean(entropy, mb["mask"]),
                                   **pg_stats, **vf_stats}  # fmt: skip

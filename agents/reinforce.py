@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from agents import pg_math as pg
 from agents import ppo_math as pm
@@ -40,7 +41,6 @@ from agents import state_io
 from agents.policy import PolicyWithValue, Reference
 from agents.ppo import PPOAgent, PPOConfig, Rollout, response_logits
 from agents.registry import Seat, register_learner
-from agents.sampling import seen_before_each
 from cory_env import checks
 
 BASELINES = ("batch_mean", "running_mean", "none")
@@ -150,13 +150,13 @@ class CriticFreeAgent(PPOAgent):
                             mb["ids"], mb["attention"], mb["positions"], keep=T + 1
                         )
                     logits = response_logits(logits, T)
-                    logprobs_all = torch.log_softmax(logits, dim=-1)
-                    own = logprobs_all.gather(-1, mb["tokens"][..., None]).squeeze(-1)
-                    loss, step_stats = loss_fn(mb, self.sampled_logprobs(logits, own, mb), own)
+                    own = selective_log_softmax(logits, mb["tokens"])
+                    sampled = own if self.sampling.is_model else self.sampled_logprobs(logits, mb)
+                    loss, step_stats = loss_fn(mb, sampled, own)
                     units = float(mb["mask"].sum()) if per_token else len(rows)
                     self.accelerator.backward(loss * (units / total))
                     with torch.no_grad():
-                        entropy = -(logprobs_all.exp() * logprobs_all).sum(-1)
+                        entropy = entropy_from_logits(logits.detach())
                     step_stats = {"loss": loss, **step_stats,
                                   "entropy": pm.masked_mean(entropy, mb["mask"])}  # fmt: skip
                     for k, v in step_stats.items():
@@ -168,22 +168,6 @@ class CriticFreeAgent(PPOAgent):
                     stats[f"{self.name}/grad_norm"].append(float(norm))
                 self.optimizer.step()
         return {k: float(np.mean(v)) for k, v in stats.items()}
-
-    def sampled_logprobs(
-        self, logits: torch.Tensor, own: torch.Tensor, mb: dict[str, torch.Tensor]
-    ) -> torch.Tensor:
-        """Each token's log-prob under the distribution it was drawn from, as PPOAgent takes
-        it (``own`` when sampling is the model's): the gradient is that of the policy that
-        acted, and a ratio to the recorded log-probs starts at exactly 1."""
-        if self.sampling.is_model:
-            return own
-        seen = None
-        if self.sampling.needs_history:
-            seen = seen_before_each(
-                mb["prompt_ids"], mb["prompt_mask"], mb["tokens"], logits.shape[-1]
-            )
-        sampled = self.sampling.logits(logits, seen).log_softmax(-1)
-        return sampled.gather(-1, mb["tokens"][..., None]).squeeze(-1)
 
     def finish(
         self, rollout: Rollout, kl: torch.Tensor, kl_coef: float, scores: torch.Tensor

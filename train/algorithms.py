@@ -4,7 +4,9 @@ learners' defaults for that setup.
 Defaults follow the official scripts where they differ between the PPO baseline and CORY
 (``imdb_train/ppo.py``: initial KL coefficient 0.3, no score scaling; ``imdb_train/cory.py``:
 0.4, running score scaling and normalisation); both sample with a repetition penalty of
-1.1. They sit below presets, config files and flags: ``--init_kl_coef 0.1`` still wins.
+1.1. Elastic Reset takes the rebuttal's eta = 0.001 as its KL coefficient (in the ER
+authors' code, eta is the KL penalty coefficient); RLOO and GRPO take TRL 1.16's defaults.
+They sit below presets, config files and flags: ``--init_kl_coef 0.1`` still wins.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ NEVER = 10**12
 SAMPLING = {"repetition_penalty": 1.1}  # both official scripts sample with it
 PPO_BASELINE = {"init_kl_coef": 0.3, "score_scaling": False, "score_norm": False, **SAMPLING}
 CORY_DEFAULTS = {"init_kl_coef": 0.4, "score_scaling": True, "score_norm": True, **SAMPLING}
+# TRL 1.16's RLOOConfig / GRPOConfig defaults: beta 0.05 / 0.0 fixed, one pass per batch.
+_TRL_GROUP = {"adaptive_kl": False, "ppo_epochs": 1, "whiten_advantages": False}
+RLOO_TRL = {**_TRL_GROUP, "init_kl_coef": 0.05, "kl_estimator": "k1"}
+GRPO_TRL = {**_TRL_GROUP, "init_kl_coef": 0.0}
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         description="REINFORCE with a baseline and the same per-token KL penalty, no critic",
     ),
     "elastic_reset": Algorithm(
-        "elastic_reset", 1, 8, ppo=PPO_BASELINE,
+        "elastic_reset", 1, 8, ppo={**PPO_BASELINE, "init_kl_coef": 0.001},
         description="PPO with Elastic Reset: reset to an EMA of itself every reset_freq its",
     ),
     "moe": Algorithm(
@@ -57,11 +63,11 @@ ALGORITHMS: dict[str, Algorithm] = {
         description="two independent PPO agents; evaluation keeps the higher-valued answer",
     ),
     "rloo": Algorithm(
-        "rloo", 1, 8, game={"group_size": 4}, ppo=PPO_BASELINE,
+        "rloo", 1, 8, game={"group_size": 4}, ppo={**PPO_BASELINE, **RLOO_TRL},
         description="REINFORCE leave-one-out: k answers per query, no critic",
     ),
     "grpo": Algorithm(
-        "grpo", 1, 8, game={"group_size": 4}, ppo=PPO_BASELINE,
+        "grpo", 1, 8, game={"group_size": 4}, ppo={**PPO_BASELINE, **GRPO_TRL},
         description="group-normalised advantages with the clipped PPO loss, no critic",
     ),
 }  # fmt: skip
