@@ -149,7 +149,7 @@ def test_packaged_openings() -> None:
 
 
 def test_imdb_cuts_to_word_prefixes() -> None:
-    openings = load_openings()
+    openings = load_openings("train")  # the default split: the held-out fifth left out
     task = make_task("imdb", min_query_tokens=2, max_query_tokens=8)
     assert task.name == "imdb" and len(task.queries) == len(openings)
     lengths = set()
@@ -174,6 +174,21 @@ def test_imdb_cuts_to_word_prefixes() -> None:
     assert all(len(q.text.split()) == 3 for q in fixed.queries)
 
 
+def test_packaged_openings_hold_out_a_fixed_test_fifth() -> None:
+    """Training (the default split) never draws an opening that evaluation uses."""
+    every, train, test = load_openings(), load_openings("train"), load_openings("test")
+    assert test == every[4::5] and len(test) == len(every) // 5
+    assert not set(train) & set(test) and sorted(train + test) == sorted(every)
+    default = make_task("imdb", min_query_tokens=8, max_query_tokens=8)
+    held_out = make_task("imdb", split="test", min_query_tokens=8, max_query_tokens=8)
+    assert [q.text for q in default.queries] == [" ".join(t.split()[:8]) for t in train]
+    assert [q.text for q in held_out.queries] == [" ".join(t.split()[:8]) for t in test]
+    assert len(make_task("imdb", split="all").queries) == len(every)
+    assert held_out.metadata["split"] == "test"
+    with pytest.raises(ValueError, match=r"split must be one of \['train', 'test', 'all'\]"):
+        make_task("imdb", split="validation")
+
+
 @pytest.fixture(scope="module")
 def bpe_tokenizer():
     """A small byte-level BPE trained on the openings, so tokens are often sub-words."""
@@ -193,7 +208,7 @@ def bpe_tokenizer():
 
 
 def test_imdb_cuts_to_tokenizer_prefixes(bpe_tokenizer) -> None:
-    openings = load_openings()
+    openings = load_openings("train")
     task = make_task("imdb", tokenizer=bpe_tokenizer, min_query_tokens=2, max_query_tokens=6)
     word_task = make_task("imdb", min_query_tokens=2, max_query_tokens=6)
     n_tokens = set()
@@ -312,7 +327,7 @@ def test_imdb_keeps_reviews_longer_than_min_review_chars(tmp_path: Path, suffix)
         first_words(min_review_chars=600)
     # The packaged openings (short by design) are never filtered.
     packaged = make_task("imdb", min_review_chars=10**6)
-    assert len(packaged.queries) == len(load_openings())
+    assert len(packaged.queries) == len(load_openings("train"))
     assert packaged.metadata["min_review_chars"] is None
 
 

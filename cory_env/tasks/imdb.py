@@ -41,9 +41,23 @@ _DATASETS_BUILDERS = {".csv": "csv", ".parquet": "parquet"}
 _OFFLINE_HINT = "Without a dataset hub, use dataset=None for the packaged review openings."
 
 
-def load_openings() -> list[str]:
-    """The packaged review openings (one per line), read as package data."""
-    return text_lines(read_package_text(OPENINGS_FILE))
+HELD_OUT_EVERY = 5
+"""Every 5th packaged opening (lines 5, 10, ...) is held out for evaluation."""
+OPENING_SPLITS = ("train", "test", "all")
+
+
+def load_openings(split: str = "all") -> list[str]:
+    """The packaged review openings (one per line), read as package data.
+
+    ``split="test"`` is the held-out fifth (every ``HELD_OUT_EVERY``-th line, a fixed
+    subset), ``"train"`` the other four fifths, ``"all"`` every opening.
+    """
+    checks.choice(split, "split", OPENING_SPLITS, where="task 'imdb' (packaged openings)")
+    lines = text_lines(read_package_text(OPENINGS_FILE))
+    if split == "all":
+        return lines
+    held_out = split == "test"
+    return [t for i, t in enumerate(lines) if ((i + 1) % HELD_OUT_EVERY == 0) == held_out]
 
 
 def _load_dataset_texts(dataset: str, split: str) -> list[str]:
@@ -132,6 +146,10 @@ def make_imdb_task(
 
     ``dataset=None`` uses the packaged openings; otherwise a hub id, a local dataset
     directory, or a local .txt/.json/.jsonl/.csv/.parquet file with a "text" column.
+    ``split`` names the dataset's split (a local file has one, and ignores it); for the
+    packaged openings ``"train"`` (the default) leaves out every 5th opening, which
+    ``"test"`` holds (held out for evaluation: training never draws it), and ``"all"``
+    keeps every opening.
     With a dataset, only reviews longer than ``min_review_chars`` characters (of the raw
     text, as the official PPO script's ``len(review) > 200``) are kept; 0 keeps all. The
     packaged openings are never filtered.
@@ -175,7 +193,7 @@ def make_imdb_task(
     reward_fn = make_reward(reward)
 
     if dataset is None:
-        raw = load_openings()  # written as openings: never filtered by length
+        raw = load_openings(split)  # written as openings: never filtered by length
     else:
         loaded = _load_dataset_texts(dataset, split)
         raw = [t for t in loaded if len(t) > min_review_chars]
