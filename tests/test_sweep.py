@@ -1,0 +1,71 @@
+"""Sweeps: a grid of normal run folders that a rerun continues (skip, resume, restart)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import train.loop
+from tests.conftest import read_jsonl
+from train import sweep
+
+
+def sweep_flags(model_dir, out):
+    return [
+        "--algorithms", "ppo", "--setting", "init_kl_coef", "--values", "0.1", "0.2", "0.3",
+        "--seeds", "0", "--preset", "smoke", "--out", str(out),
+        # training flags, passed through to every run:
+        "--model", model_dir, "--device", "cpu", "--batch_size", "4", "--mini_batch_size", "2",
+        "--iterations", "2", "--checkpoint_every", "1", "--max_new_tokens", "[2, 5]",
+    ]  # fmt: skip
+
+
+def test_grid_names_and_order():
+    points = sweep.make_grid(["ppo", "cory"], [0, 1], "lam", ["1", "-0.5"])
+    assert [p.name for p in points[:4]] == [
+        "ppo-lam_1-seed_0", "cory-lam_1-seed_0", "ppo-lam_-0.5-seed_0", "cory-lam_-0.5-seed_0",
+    ]  # fmt: skip
+    assert len(points) == 8 and {p.seed for p in points[4:]} == {1}
+    assert [p.name for p in sweep.make_grid(["ppo"], [3], None, None)] == ["ppo-seed_3"]
+    with pytest.raises(ValueError, match="go together"):
+        sweep.make_grid(["ppo"], [0], "lam", None)
+
+
+def test_interrupted_sweep_skips_finished_resumes_broken_restarts_empty(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    out = tmp_path / "sweep"
+    names = [f"ppo-init_kl_coef_{v}-seed_0" for v in ("0.1", "0.2", "0.3")]
+    calls = {"n": 0}
+    play_batch = train.loop.play_batch
+
+    def crash_in_the_second_run(game, learners):
+        calls["n"] += 1
+        if calls["n"] == 4:  # run 1: calls 1-2; run 2: its iteration 1, after its checkpoint
+            raise RuntimeError("killed")
+        play_batch(game, learners)
+
+    monkeypatch.setattr(train.loop, "play_batch", crash_in_the_second_run)
+    with pytest.raises(RuntimeError, match="killed"):
+        sweep.main(sweep_flags(tiny_model_dir, out))
+    monkeypatch.setattr(train.loop, "play_batch", play_batch)
+    record = json.loads((out / "sweep.json").read_text())
+    assert [r["status"] for r in record["runs"]] == ["new", "failed"]
+    finished = (out / names[0] / "metrics.jsonl").read_bytes()
+    # A third folder that stopped before its first checkpoint.
+    (out / names[2]).mkdir()
+    (out / names[2] / "metrics.jsonl").write_text('{"iteration": 0}\n')
+
+    runs = sweep.main(sweep_flags(tiny_model_dir, out))
+    assert [r["status"] for r in runs] == ["skipped", "resumed", "restarted"]
+    assert (out / names[0] / "metrics.jsonl").read_bytes() == finished
+    for name, coef in zip(names, (0.1, 0.2, 0.3), strict=True):
+        assert [r["iteration"] for r in read_jsonl(out / name / "metrics.jsonl")] == [0, 1]
+        assert read_jsonl(out / name / "metrics.jsonl")[0]["llm_0/objective/kl_coef"] == coef
+    printed = capsys.readouterr().out
+    assert "finished, skipped" in printed and "resuming" in printed and "deleting" in printed
+
+    # The same folders with another config are refused, not mixed into the sweep.
+    with pytest.raises(SystemExit, match="differs in ppo"):
+        sweep.main([*sweep_flags(tiny_model_dir, out), "--learning_rate", "0.5"])

@@ -1,0 +1,239 @@
+"""Run a grid of training runs one after another: algorithms x one setting's values x seeds.
+
+python train/sweep.py --algorithms ppo cory --setting init_kl_coef --values 0.05 0.1 0.2 \\
+    --seeds 0 1 2 --preset cpu --out runs/sweep-kl --evaluate [any training flag]
+
+Each grid point is a normal run folder ``OUT/<algorithm>-<setting>_<value>-seed_<seed>``.
+Rerunning the same command continues the sweep: a finished run (checkpoint at its last
+iteration) is skipped, a broken one (a checkpoint, not finished) resumes from it, and a
+folder without a checkpoint (stopped before its first one) is cleared and started again.
+Seeds are the outer loop, so a sweep cut short still covers the whole grid for the first
+seeds. ``OUT/sweep.json`` lists the grid points and what happened to each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+SWEEP_FILE = "sweep.json"
+RUN_OUTPUTS = frozenset({
+    "config.yaml", "metrics.jsonl", "samples.jsonl", "tensorboard", "curves.png",
+    "checkpoint", "checkpoint.old", "checkpoint.tmp", "checkpoint.trash", "eval.json", "eval.md",
+})  # fmt: skip
+"""What a run folder holds; a folder with anything else is never deleted."""
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """One run of the sweep."""
+
+    algorithm: str
+    seed: int
+    setting: str | None = None
+    value: str | None = None
+    """As typed on the command line (it names the folder; the config parses it)."""
+
+    @property
+    def name(self) -> str:
+        varied = f"-{self.setting}_{self.value}" if self.setting is not None else ""
+        return f"{self.algorithm}{varied}-seed_{self.seed}"
+
+    def flags(self, run_dir: Path) -> list[str]:
+        """The training flags of this point."""
+        flags = ["--algorithm", self.algorithm, "--seed", str(self.seed), "--run_dir", str(run_dir)]
+        if self.setting is not None:
+            flags += [f"--{self.setting}={self.value}"]
+        return flags
+
+
+def make_grid(
+    algorithms: list[str], seeds: list[int], setting: str | None, values: list[str] | None
+) -> list[GridPoint]:
+    """Seeds outermost, then the setting's values, then the algorithms."""
+    if (setting is None) != (not values):
+        raise ValueError("--setting and --values go together: name a setting and its values")
+    return [
+        GridPoint(algorithm, seed, setting, value)
+        for seed in seeds
+        for value in (values or [None])
+        for algorithm in algorithms
+    ]
+
+
+def run_state(path: Path, iterations: int) -> str:
+    """``new``, ``finished``, ``broken`` (resumable) or ``no_checkpoint`` (start again)."""
+    from train.checkpoint import find_checkpoint, load_json_state
+
+    if not path.exists() or not any(path.iterdir()):
+        return "new"
+    try:
+        folder = find_checkpoint(path)
+    except FileNotFoundError:
+        return "no_checkpoint"
+    done = int(load_json_state(folder)["iteration"])
+    return "finished" if done >= iterations - 1 else "broken"
+
+
+def clear_run_folder(path: Path) -> None:
+    """Delete a run folder that never reached a checkpoint; refuse one holding other files."""
+    foreign = sorted(p.name for p in path.iterdir() if p.name not in RUN_OUTPUTS)
+    if foreign:
+        raise FileExistsError(
+            f"{path} has no checkpoint but holds files no run writes ({', '.join(foreign)}); "
+            "move them away or delete the folder, then rerun the sweep"
+        )
+    shutil.rmtree(path)
+
+
+def _comparable(values: dict[str, Any]) -> dict[str, Any]:
+    """A config's values as its YAML file holds them, minus what a sweep call may change."""
+    from train.config import parse_yaml
+
+    plain = parse_yaml(yaml.safe_dump(values, sort_keys=False))
+    return {k: v for k, v in plain.items() if k not in ("iterations", "run_dir")}
+
+
+def check_same_config(path: Path, wanted: Any) -> None:
+    """A folder of this sweep must hold a run of this grid point's config."""
+    from train.config import load_config_file
+
+    saved = _comparable(load_config_file(path / "config.yaml"))
+    want = _comparable(wanted.to_dict())
+    differ = sorted(k for k in set(saved) | set(want) if saved.get(k) != want.get(k))
+    if differ:
+        raise ValueError(
+            f"{path} holds a run of another config (it differs in {', '.join(differ)}); "
+            "rerun the sweep with the flags it was started with, or pick another --out"
+        )
+
+
+def run_point(point: GridPoint, out: Path, train_flags: list[str], preset: str | None) -> str:
+    """Train one grid point as far as the config asks; returns what was done."""
+    from train.config import build_config, load_config_file, parse_args
+    from train.run import run_training
+
+    path = out / point.name
+    flags = [*(["--preset", preset] if preset else []), *train_flags, *point.flags(path)]
+    wanted, _ = parse_args(flags, point.algorithm)
+    state = run_state(path, wanted.iterations)
+    if state == "finished":
+        check_same_config(path, wanted)
+        print(f"sweep: {point.name}: finished, skipped")
+        return "skipped"
+    if state == "broken":
+        check_same_config(path, wanted)
+        algorithm = load_config_file(path / "config.yaml").get("algorithm", point.algorithm)
+        config = build_config(
+            config_file=path / "config.yaml",
+            overrides={"run_dir": str(path), "iterations": wanted.iterations},
+            algorithm=algorithm,
+        )
+        print(f"sweep: {point.name}: resuming from its checkpoint")
+        run_training(config, resume_dir=path)
+        return "resumed"
+    status = "new"
+    if state == "no_checkpoint":
+        print(f"sweep: {point.name}: it stopped before its first checkpoint; deleting {path} "
+              "and starting it again")  # fmt: skip
+        clear_run_folder(path)
+        status = "restarted"
+    print(f"sweep: {point.name}: training")
+    run_training(wanted)
+    return status
+
+
+def write_record(out: Path, grid: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+    (out / SWEEP_FILE).write_text(json.dumps({"grid": grid, "runs": runs}, indent=1) + "\n")
+
+
+def sweep(
+    points: list[GridPoint],
+    out: Path,
+    train_flags: list[str],
+    preset: str | None = None,
+    evaluate: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    """Run every grid point in order; ``evaluate`` (options of ``evaluate_run``) evaluates
+    each finished run that has no ``eval.json`` yet. A failing run stops the sweep."""
+    out.mkdir(parents=True, exist_ok=True)
+    grid = {"points": len(points), "preset": preset, "train_flags": train_flags}
+    runs: list[dict[str, Any]] = []
+    for point in points:
+        record = {**asdict(point), "name": point.name, "path": str(out / point.name)}
+        try:
+            record["status"] = run_point(point, out, train_flags, preset)
+        except BaseException:
+            print(f"sweep: {point.name} stopped; rerun the same command to continue the sweep")
+            runs.append({**record, "status": "failed"})
+            write_record(out, grid, runs)
+            raise
+        finally:
+            gc.collect()
+        if evaluate is not None and not (out / point.name / "eval.json").exists():
+            from train.evaluate import evaluate_run
+
+            evaluate_run(out / point.name, **evaluate)
+            record["evaluated"] = True
+        runs.append(record)
+        write_record(out, grid, runs)
+    return runs
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    from cory_env.checks import SettingError
+    from train.algorithms import ALGORITHMS
+    from train.config import PPO_SETTINGS, PRESETS, TrainConfig
+
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog="Other flags are training flags (python train/cory.py --help), for every run.",
+    )
+    parser.add_argument("--algorithms", nargs="+", required=True, choices=sorted(ALGORITHMS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--setting", help="the setting to vary, e.g. init_kl_coef or lam")
+    parser.add_argument("--values", nargs="+", help="its values, as typed on the command line")
+    parser.add_argument("--preset", choices=sorted(PRESETS))
+    parser.add_argument("--out", type=Path, help="sweep folder (default runs/sweep-<time>)")
+    parser.add_argument("--evaluate", action="store_true", help="evaluate each finished run")
+    parser.add_argument("--eval_batches", type=int, default=2)
+    parser.add_argument("--eval_batch_size", type=int, default=32)
+    parser.add_argument("--eval_k", type=int, help="answers per query (default 4 for gsm8k/arith)")
+    args, train_flags = parser.parse_known_args(argv)
+    fields = {f.name for f in dataclasses.fields(TrainConfig) if f.name != "ppo"}
+    if args.setting is not None and args.setting not in fields | set(PPO_SETTINGS):
+        parser.error(f"--setting {args.setting}: not a training setting")
+    for flag in ("--algorithm", "--seed", "--run_dir", "--resume", "--config"):
+        if any(f == flag or f.startswith(flag + "=") for f in train_flags):
+            parser.error(f"{flag} is set by the sweep for each run; drop it")
+    if args.setting is not None and any(f.startswith(f"--{args.setting}") for f in train_flags):
+        parser.error(f"--{args.setting} is the swept setting; give its values with --values")
+    try:
+        points = make_grid(args.algorithms, args.seeds, args.setting, args.values)
+    except ValueError as err:
+        parser.error(str(err))
+    out = args.out or Path("runs") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    evaluate = None
+    if args.evaluate:
+        evaluate = {"batches": args.eval_batches, "batch_size": args.eval_batch_size,
+                    "k": args.eval_k}  # fmt: skip
+    print(f"sweep: {len(points)} runs into {out}")
+    try:
+        runs = sweep(points, out, train_flags, args.preset, evaluate)
+    except (SettingError, FileExistsError, ValueError) as err:
+        raise SystemExit(f"error: {err}") from None
+    print(f"sweep: done; compare with: python train/compare.py {out}")
+    return runs
+
+
+if __name__ == "__main__":
+    main()
