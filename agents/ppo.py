@@ -334,6 +334,14 @@ class PPOAgent:
                 )
         return torch.cat(chunks) * rollout.mask
 
+    def mean_over_processes(self, values: torch.Tensor) -> float:
+        """The mean of ``values`` over every process's games (data-parallel runs), as TRL
+        0.7 updates its KL controller from statistics gathered over all processes."""
+        mean = values.float().mean()
+        if self.accelerator.num_processes > 1:
+            mean = self.accelerator.reduce(mean.to(self.device), reduction="mean")
+        return float(mean)
+
     def sampled_logprobs(self, logits: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
         """Each response token's log-prob under the distribution it was drawn from: the
         model's own, or as the sampling settings reshape it (``agents/sampling.py``), so the
@@ -423,7 +431,7 @@ class PPOAgent:
                 self.optimizer.step()
 
         seq_kl = kl.sum(dim=1)
-        self.kl_ctl.update(float(seq_kl.mean()), B)
+        self.kl_ctl.update(self.mean_over_processes(seq_kl), B * self.accelerator.num_processes)
         return {
             **{k: float(np.mean(v)) for k, v in stats.items()},
             "env/reward_mean": float(ro.rewards.mean()),

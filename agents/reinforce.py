@@ -176,7 +176,7 @@ class CriticFreeAgent(PPOAgent):
         LLM learner reports (the loop's ``kl`` is ``objective/kl``)."""
         seq_kl = kl.sum(dim=1)
         B = len(rollout.rewards)
-        self.kl_ctl.update(float(seq_kl.mean()), B)
+        self.kl_ctl.update(self.mean_over_processes(seq_kl), B * self.accelerator.num_processes)
         return {
             "env/reward_mean": float(rollout.rewards.mean()),
             "env/reward_std": float(rollout.rewards.std()) if B > 1 else 0.0,

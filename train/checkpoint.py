@@ -1,8 +1,9 @@
 """A run's checkpoint: every learner, the game and the RNGs, with a loadable copy at every instant.
 
 Layout of ``RUN/checkpoint/``: one folder per agent (the learner's own files), then
-``rng.safetensors`` (torch RNG) and ``state.json`` (iteration, the game's state, Python
-and NumPy RNGs). ``state.json`` is written last, so a folder that has it is complete.
+``rng.safetensors`` (torch RNG of every process) and ``state.json`` (iteration, and per
+process the game's state and the Python and NumPy RNGs). ``state.json`` is written last,
+so a folder that has it is complete.
 Nothing is a pickle: a crafted file cannot run code.
 
 Saving writes ``checkpoint.tmp``, moves the current checkpoint to ``checkpoint.old``,
@@ -24,8 +25,9 @@ import torch
 from agents import state_io
 from agents.base import Learner
 from cory_env import BatchedTextGame
+from train.distributed import Processes
 
-FORMAT = 1
+FORMAT = 2
 MARKER = "state.json"
 
 
@@ -43,28 +45,47 @@ def _discard(folder: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
+def _process_state(game: BatchedTextGame) -> dict:
+    """This process's game and RNG states, as JSON."""
+    numpy_state = np.random.get_state()
+    python_state = random.getstate()
+    return {
+        "game": game.state_dict(),
+        "numpy_rng": [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]],
+        "python_rng": [python_state[0], list(python_state[1]), python_state[2]],
+        "torch_rng": torch.get_rng_state().tolist(),
+    }
+
+
 def save_checkpoint(
-    run_path: Path, learners: dict[str, Learner], game: BatchedTextGame, iteration: int
+    run_path: Path,
+    learners: dict[str, Learner],
+    game: BatchedTextGame,
+    iteration: int,
+    processes: Processes | None = None,
 ) -> None:
-    """Write the whole state of a run after ``iteration`` so that it resumes exactly."""
-    run_path = Path(run_path)
+    """Write the whole state of a run after ``iteration`` so that it resumes exactly.
+
+    Every process calls it (its game and RNG states are gathered); the main one writes.
+    """
+    processes = processes or Processes()
+    states = processes.gather(_process_state(game))
+    if processes.is_main:
+        _write(Path(run_path), learners, iteration, states)
+    processes.wait()
+
+
+def _write(run_path: Path, learners: dict[str, Learner], iteration: int, states: list) -> None:
     current, old, tmp = (run_path / n for n in ("checkpoint", "checkpoint.old", "checkpoint.tmp"))
     _discard(tmp)
     tmp.mkdir(parents=True)
     for agent, learner in learners.items():
         learner.save(tmp / agent)
-    state_io.save_tensors({"torch": torch.get_rng_state()}, tmp / "rng.safetensors")
-    numpy_state = np.random.get_state()
-    python_state = random.getstate()
+    rng = {f"torch.{p}": torch.tensor(s.pop("torch_rng"), dtype=torch.uint8)
+           for p, s in enumerate(states)}  # fmt: skip
+    state_io.save_tensors(rng, tmp / "rng.safetensors")
     state_io.save_json(
-        {
-            "format": FORMAT,
-            "iteration": iteration,
-            "agents": list(learners),
-            "game": game.state_dict(),
-            "numpy_rng": [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]],
-            "python_rng": [python_state[0], list(python_state[1]), python_state[2]],
-        },
+        {"format": FORMAT, "iteration": iteration, "agents": list(learners), "processes": states},
         tmp / MARKER,
     )
     if _complete(current):
@@ -107,14 +128,27 @@ def load_json_state(folder: Path) -> dict:
     """The run state (``state.json``) of a complete checkpoint folder."""
     return state_io.require(
         state_io.load_json(folder / MARKER),
-        ("format", "iteration", "agents", "game", "numpy_rng", "python_rng"),
+        ("format", "iteration", "agents", "processes"),
         folder / MARKER,
     )
 
 
-def load_checkpoint(run_path: Path, learners: dict[str, Learner], game: BatchedTextGame) -> int:
-    """Restore learners, game and RNGs; returns the next iteration to run."""
-    folder = _promote(find_checkpoint(run_path))
+def load_checkpoint(
+    run_path: Path,
+    learners: dict[str, Learner],
+    game: BatchedTextGame,
+    processes: Processes | None = None,
+) -> int:
+    """Restore learners, game and RNGs; returns the next iteration to run.
+
+    Each process takes its own game and RNG states. Learners are restored from the main
+    process's files (their weights are the same on every process).
+    """
+    processes = processes or Processes()
+    if processes.is_main:
+        _promote(find_checkpoint(run_path))
+    processes.wait()
+    folder = find_checkpoint(run_path)
     state = load_json_state(folder)
     if state["format"] != FORMAT:
         raise state_io.invalid(folder / MARKER, f"unknown format {state['format']!r}")
@@ -126,14 +160,22 @@ def load_checkpoint(run_path: Path, learners: dict[str, Learner], game: BatchedT
     rng = state_io.load_tensors(folder / "rng.safetensors")
     for agent, learner in learners.items():
         learner.load(folder / agent)
+    saved = state["processes"]
+    if not isinstance(saved, list) or not saved:
+        raise state_io.invalid(folder / MARKER, "no process states")
+    own = processes.index % len(saved)
     try:
-        game.load_state_dict(state["game"])
-        torch.set_rng_state(rng["torch"])
-        name, keys, *rest = state["numpy_rng"]
+        local = saved[own]
+        game.load_state_dict(local["game"])
+        torch.set_rng_state(rng[f"torch.{own}"])
+        name, keys, *rest = local["numpy_rng"]
         np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
-        version, internal, gauss = state["python_rng"]
+        version, internal, gauss = local["python_rng"]
         random.setstate((version, tuple(internal), gauss))
         iteration = int(state["iteration"])
     except (KeyError, TypeError, ValueError, RuntimeError) as err:
         raise state_io.invalid(folder / MARKER, f"inconsistent run state: {err!r}") from None
+    if processes.index >= len(saved):  # more processes than saved: give them new games
+        fresh = np.random.default_rng([processes.index, iteration]).bit_generator.state
+        game.load_state_dict({**local["game"], "rng": fresh})
     return iteration + 1

@@ -21,6 +21,7 @@ from agents.base import Learner
 from cory_env import BatchedTextGame
 from train.checkpoint import load_checkpoint, save_checkpoint
 from train.config import TrainConfig
+from train.distributed import Processes
 from train.plots import plot_run
 
 
@@ -171,13 +172,22 @@ def train(
     game: BatchedTextGame,
     run_path: Path,
     resume: bool = False,
-) -> RunDirectory:
-    """Run ``config.iterations`` iterations (continuing from the checkpoint if ``resume``)."""
-    start = load_checkpoint(run_path, learners, game) if resume else 0
-    run = RunDirectory(run_path, first_iteration=start)
-    if resume:
-        run.truncate_logs(start)
-    config.save(run.path / "config.yaml")  # on resume too: --iterations may have changed
+    processes: Processes | None = None,
+) -> RunDirectory | None:
+    """Run ``config.iterations`` iterations (continuing from the checkpoint if ``resume``).
+
+    Under ``accelerate launch`` every process runs this loop on its own games; logged
+    numbers are means over all processes and only the main process writes files (the
+    others get None back).
+    """
+    processes = processes or Processes()
+    main = processes.is_main
+    start = load_checkpoint(run_path, learners, game, processes) if resume else 0
+    run = RunDirectory(run_path, first_iteration=start) if main else None
+    if run is not None:
+        if resume:
+            run.truncate_logs(start)
+        config.save(run.path / "config.yaml")  # on resume too: --iterations may have changed
     bar = tqdm(
         range(start, config.iterations),
         initial=start,
@@ -185,11 +195,12 @@ def train(
         desc=f"{config.algorithm} {config.task}",
         unit="it",
         dynamic_ncols=True,
+        disable=not main,
     )
     try:
         for iteration in bar:
             t0 = time.perf_counter()
-            game.reset(seed=config.seed if iteration == 0 else None)
+            game.reset(seed=processes.game_seed(config.seed) if iteration == 0 else None)
             play_batch(game, learners)
             t_play = time.perf_counter() - t0
             stats = {agent: learner.learn() for agent, learner in learners.items()}
@@ -201,16 +212,21 @@ def train(
                 "time/rollout_s": t_play,
                 "memory/peak_mb": peak_memory_mb(),
             }
-            run.log_metrics(row)
-            if iteration % config.sample_every == 0 or iteration == config.iterations - 1:
-                run.log_samples(iteration, batch_samples(game, config.n_samples))
+            row = processes.mean_numbers(row)
+            row["games"] = game.batch_size * processes.num
+            if run is not None:
+                run.log_metrics(row)
+                if iteration % config.sample_every == 0 or iteration == config.iterations - 1:
+                    run.log_samples(iteration, batch_samples(game, config.n_samples))
             if (iteration + 1) % config.checkpoint_every == 0 or iteration == config.iterations - 1:
-                save_checkpoint(run.path, learners, game, iteration)
+                save_checkpoint(run_path, learners, game, iteration, processes)
             bar.set_postfix(
                 score=f"{row['score_mean']:+.3f}", kl=f"{row['kl_mean']:.3f}", s_it=f"{elapsed:.1f}"
             )
     finally:
         bar.close()
-        run.close()
-    plot_run(run.path)
+        if run is not None:
+            run.close()
+    if run is not None:
+        plot_run(run.path)
     return run

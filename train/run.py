@@ -15,6 +15,7 @@ from agents.state_io import CheckpointError
 from cory_env import BatchedTextGame, load_causal_lm, load_tokenizer, pad_token_id
 from cory_env.checks import SettingError
 from train.config import TrainConfig, parse_args
+from train.distributed import Processes
 from train.loop import RunDirectory, make_game, train
 from train.summary import run_summary
 
@@ -48,7 +49,9 @@ def default_run_dir(config: TrainConfig) -> Path:
     return Path("runs") / f"{config.algorithm}-{config.task}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
-def build_game_and_learners(config: TrainConfig) -> tuple[BatchedTextGame, dict[str, Learner]]:
+def build_game_and_learners(
+    config: TrainConfig, accelerator: Any = None
+) -> tuple[BatchedTextGame, dict[str, Learner]]:
     """The seeded game and one learner per seat, built from the registry.
 
     Seats of one base model share its frozen reference (``ModelPool``); every seat is
@@ -57,7 +60,7 @@ def build_game_and_learners(config: TrainConfig) -> tuple[BatchedTextGame, dict[
     from accelerate.utils import set_seed
 
     set_seed(config.seed)
-    accelerator = make_accelerator(config)
+    accelerator = accelerator or make_accelerator(config)
     seat_models = config.seat_models()
     tokenizers = {agent: load_tokenizer(model) for agent, model in seat_models.items()}
     distinct = {id(t) for t in tokenizers.values()}
@@ -78,7 +81,7 @@ def build_game_and_learners(config: TrainConfig) -> tuple[BatchedTextGame, dict[
             model=seat_models[agent],
             models=pool,
             accelerator=accelerator,
-            seed=config.seed + 1000 * i,
+            seed=Processes(accelerator).game_seed(config.seed) + 1000 * i,
             group_size=config.group_size,
         )
         learners[agent] = build_learner(name, seat)
@@ -108,16 +111,28 @@ def check_run_path(run_path: Path, resume: bool) -> None:
         )
 
 
-def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDirectory:
+def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDirectory | None:
+    """Train a config; under ``accelerate launch`` each process calls this (see loop.train)."""
     run_path = Path(resume_dir or config.run_dir or default_run_dir(config))
     check_run_path(run_path, resume=resume_dir is not None)
-    game, learners = build_game_and_learners(config)
-    run = train(config, learners, game, run_path, resume=resume_dir is not None)
-    print(run_summary(run.path))
+    accelerator = make_accelerator(config)
+    processes = Processes(accelerator)
+    if processes.num > 1 and config.lora and config.n_agents > 1:
+        raise SettingError(
+            "lora with several seats shares one base model between the agents, which "
+            "data-parallel training (DDP) cannot wrap; run it in one process or without lora"
+        )
+    if processes.num > 1 and config.run_dir is None and resume_dir is None:
+        raise SettingError("several processes need one --run_dir (a time-stamped default "
+                           "could differ between them)")  # fmt: skip
+    game, learners = build_game_and_learners(config, accelerator)
+    run = train(config, learners, game, run_path, resume_dir is not None, processes)
+    if run is not None:
+        print(run_summary(run.path))
     return run
 
 
-def main(algorithm: str, argv: list[str] | None = None) -> RunDirectory:
+def main(algorithm: str, argv: list[str] | None = None) -> RunDirectory | None:
     """The training scripts' entry: a bad setting, folder or checkpoint exits with one line."""
     config, resume = parse_args(argv, algorithm=algorithm)
     try:
@@ -132,7 +147,7 @@ def main(algorithm: str, argv: list[str] | None = None) -> RunDirectory:
         raise SystemExit(f"error: {err}") from None
 
 
-def train_command(argv: list[str] | None = None) -> RunDirectory:
+def train_command(argv: list[str] | None = None) -> RunDirectory | None:
     """``cory-train [--algorithm NAME] ...``: the training scripts as one console command.
 
     The algorithm defaults to ``cory``; a resumed run keeps its own.

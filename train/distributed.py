@@ -1,0 +1,57 @@
+"""What the loop needs to run data-parallel under ``accelerate launch``: who writes, and means.
+
+Each process plays its own batch of games (the game is seeded per process), gradients are
+averaged by DDP inside each learner's ``accelerator.backward``, logged metrics are means
+over every process's games, and only the main process writes the run folder. On one
+process every method is the identity, so the single-process path is unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+PROCESS_SEED_STRIDE = 100_003
+"""Process p plays the games of seed ``seed + p * PROCESS_SEED_STRIDE``."""
+
+
+class Processes:
+    """The processes of a run, seen through an ``accelerate.Accelerator`` (or none)."""
+
+    def __init__(self, accelerator: Any = None) -> None:
+        self.accelerator = accelerator
+        self.num = int(getattr(accelerator, "num_processes", 1) or 1)
+        self.index = int(getattr(accelerator, "process_index", 0) or 0)
+        self.is_main = self.index == 0
+
+    def game_seed(self, seed: int) -> int:
+        return seed + self.index * PROCESS_SEED_STRIDE
+
+    def wait(self) -> None:
+        if self.num > 1:
+            self.accelerator.wait_for_everyone()
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every process's ``value`` (a JSON-able object), in process order."""
+        if self.num == 1:
+            return [value]
+        from accelerate.utils import gather_object
+
+        return list(gather_object([value]))
+
+    def mean_numbers(self, row: dict[str, Any]) -> dict[str, Any]:
+        """``row`` with every number replaced by its mean over the processes."""
+        if self.num == 1:
+            return row
+        keys = sorted(k for k, v in row.items() if _is_number(v) and k != "iteration")
+        local = torch.tensor([float(row[k]) for k in keys], dtype=torch.float64)
+        device = self.accelerator.device
+        total = self.accelerator.reduce(local.to(device), reduction="sum").cpu() / self.num
+        out = dict(row)
+        out.update({k: float(v) for k, v in zip(keys, total.tolist(), strict=True)})
+        return out
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
