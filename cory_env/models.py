@@ -133,14 +133,47 @@ def load_tokenizer(name_or_path: str = EMBEDDED) -> Any:
     return ensure_pad_token(tokenizer)
 
 
-def load_causal_lm(name_or_path: str = EMBEDDED, dtype: Any = None, device: Any = None) -> Any:
-    """Load a fresh causal LM (each call returns its own copy of the weights)."""
+def quantization_4bit() -> dict[str, Any]:
+    """``from_pretrained`` arguments for 4-bit weights (NF4, bitsandbytes) on this process's GPU.
+
+    A clear error instead of a deep one where it cannot work: no CUDA, or no bitsandbytes.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            "load_in_4bit needs a CUDA GPU (bitsandbytes 4-bit weights); none is visible. "
+            "Set load_in_4bit false to load the model in full precision."
+        )
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise ImportError("load_in_4bit needs bitsandbytes: pip install 'bitsandbytes>=0.43'")
+    from transformers import BitsAndBytesConfig
+
+    compute = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    config = BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_compute_dtype=compute,
+        bnb_4bit_use_double_quant=True,
+    )
+    return {"quantization_config": config, "device_map": {"": int(os.environ.get("LOCAL_RANK", 0))}}
+
+
+def load_causal_lm(
+    name_or_path: str = EMBEDDED, dtype: Any = None, device: Any = None, load_in_4bit: bool = False
+) -> Any:
+    """Load a fresh causal LM (each call returns its own copy of the weights).
+
+    ``load_in_4bit`` loads the weights in 4 bits onto this process's GPU (for LoRA training;
+    :func:`quantization_4bit`).
+    """
     import torch
     from transformers import AutoModelForCausalLM
 
+    extra = quantization_4bit() if load_in_4bit else {}
     path = resolve(name_or_path)
     try:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype or torch.float32, **extra)
     except (OSError, ValueError) as err:
         raise _hub_error(str(name_or_path), err) from err
-    return model.to(device) if device is not None else model
+    return model.to(device) if device is not None and not load_in_4bit else model

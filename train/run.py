@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -67,7 +68,7 @@ def build_game_and_learners(
     game = make_game(
         config, next(iter(tokenizers.values())) if len(distinct) == 1 else list(tokenizers.values())
     )
-    pool = ModelPool(load_causal_lm, lora_config(config))
+    pool = ModelPool(partial(load_causal_lm, load_in_4bit=config.load_in_4bit), lora_config(config))
     learners: dict[str, Learner] = {}
     for i, (agent, (name, settings)) in enumerate(config.seat_learners().items()):
         seat = Seat(
