@@ -57,8 +57,10 @@ def test_interrupted_sweep_skips_finished_resumes_broken_restarts_empty(
     (out / names[2]).mkdir()
     (out / names[2] / "metrics.jsonl").write_text('{"iteration": 0}\n')
 
-    runs = sweep.main(sweep_flags(tiny_model_dir, out))
+    evaluate = ["--evaluate", "--eval_batch_size", "2", "--eval_batches", "1"]
+    runs = sweep.main([*sweep_flags(tiny_model_dir, out), *evaluate])
     assert [r["status"] for r in runs] == ["skipped", "resumed", "restarted"]
+    assert all((out / name / "eval.json").is_file() for name in names)
     assert (out / names[0] / "metrics.jsonl").read_bytes() == finished
     for name, coef in zip(names, (0.1, 0.2, 0.3), strict=True):
         assert [r["iteration"] for r in read_jsonl(out / name / "metrics.jsonl")] == [0, 1]

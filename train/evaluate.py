@@ -316,7 +316,7 @@ def to_markdown(result: dict[str, Any]) -> str:
     head = (
         f"Evaluation of {result['run'] or 'the base model'}: task {result['task']}, "
         f"{result['held_out']['note']}; {result['games_per_role']} games per role "
-        f"(k = {result['group_size']} answers per query), seed {result['seed']}."
+        f"({result['group_size']} answer(s) per query), seed {result['seed']}."
     )
     lines = [head, ""]
     cols = ["model", "agent", "role", "n", "reward", "95% CI", "KL"]
