@@ -1,0 +1,83 @@
+"""bench/bench_train.py at a toy size on a tiny model: every phase reported, positive, and
+the instrumentation leaves training's results unchanged."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import train.loop as loop
+from tests.conftest import read_jsonl
+
+BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_train.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_train", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def toy_argv(model_dir, run_dir, algorithm, *extra):
+    return [
+        "--model", model_dir, "--algorithm", algorithm, "--batch_size", "4",
+        "--new_tokens", "3", "--epochs", "2", "--mini_batch_size", "2",
+        "--iterations", "2", "--run_dir", str(run_dir), "--threads", "1", *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("algorithm", "extra"), [("cory", ["--calibrate"]), ("ppo", ["--lora"])])
+def test_every_phase_is_reported_with_positive_numbers(
+    bench, tiny_model_dir, tmp_path, capsys, algorithm, extra
+):
+    originals = (loop.play_batch, loop.save_checkpoint, loop.RunDirectory.log_metrics)
+    result = bench.main(toy_argv(tiny_model_dir, tmp_path, algorithm, *extra))[algorithm]
+    out = capsys.readouterr().out
+    for _, label, _ in bench.ROWS:
+        assert label in out
+    assert f"SUMMARY {algorithm}" in out and "model.generate" in out
+    if "--calibrate" in extra:
+        assert "calibration" in out
+    phases = result["phases"]
+    for key, _, _ in bench.ROWS:
+        if not key.endswith("_rest"):
+            assert phases[key].seconds > 0, key
+    for key in (*bench.COMPUTE, "rollout", "learn", "iteration"):
+        assert phases[key].tokens > 0 and phases[key].flops > 0, key
+        assert 0 <= 1 - phases[key].real / phases[key].tokens < 1, key
+    for key in ("rollout", "act", "learn", "forward", "backward", "checkpoint", "iteration"):
+        assert phases[key].rss_mb > 0, key
+    for key in ("peak_gflops", "generate_tok_s", "act_tok_s", "rollout_tok_s", "floor_s"):
+        assert result[key] > 0, key
+    # The wrappers around the loop's functions are gone afterwards.
+    assert (loop.play_batch, loop.save_checkpoint, loop.RunDirectory.log_metrics) == originals
+
+
+def test_instrumented_run_trains_like_the_plain_loop(bench, tiny_model_dir, tmp_path, capsys):
+    """Timing wrappers only: the measured run logs the same metrics as an unmeasured one."""
+    from train.run import build_game_and_learners
+
+    bench.main(toy_argv(tiny_model_dir, tmp_path / "bench", "cory"))
+    capsys.readouterr()
+    args = bench.parse_args(toy_argv(tiny_model_dir, tmp_path / "plain", "cory"))
+    config = bench.make_config(args, "cory", tmp_path / "plain")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the bench's --threads 1
+    try:
+        game, learners = build_game_and_learners(config)
+        loop.train(config, learners, game, tmp_path / "plain")
+    finally:
+        torch.set_num_threads(threads)
+    measured = read_jsonl(tmp_path / "bench" / "bench-cory" / "metrics.jsonl")
+    plain = read_jsonl(tmp_path / "plain" / "metrics.jsonl")
+    assert len(measured) == len(plain) == 2
+    for a, b in zip(measured, plain, strict=True):
+        keys = [k for k in a if not k.startswith(("time/", "memory/"))]
+        assert {k: a[k] for k in keys} == pytest.approx({k: b[k] for k in keys}, abs=1e-6)
