@@ -24,13 +24,10 @@ def test_every_agent_plays_every_role_beside_the_reference(cory_run, capsys):
     saved = json.loads((cory_run / "eval.json").read_text())
     assert saved["rows"] == json.loads(json.dumps(result["rows"]))
     cells = {(r["model"], r["agent"], r["role"]): r for r in result["rows"]}
-    assert set(cells) == {
-        ("reference", "llm_0+llm_1", "pioneer"),
-        ("reference", "llm_0+llm_1", "observer"),
-        *(("trained", a, r) for a in ("llm_0", "llm_1") for r in ("pioneer", "observer")),
-    }
-    for (model, _, _), row in cells.items():
-        assert row["reward"]["n"] == (16 if model == "reference" else 8)  # 2 batches of 4
+    seats = [(a, r) for a in ("llm_0", "llm_1") for r in ("pioneer", "observer")]
+    assert set(cells) == {(m, a, r) for m in ("reference", "trained") for a, r in seats}
+    for row in cells.values():
+        assert row["reward"]["n"] == 8  # 2 batches of 4
         lo, hi = row["reward"]["ci95"]
         assert lo <= row["reward"]["mean"] <= hi
         assert row["pass@k"] is None  # imdb is not answer-checked
@@ -41,10 +38,8 @@ def test_every_agent_plays_every_role_beside_the_reference(cory_run, capsys):
         assert 0 <= row["repetitive"] <= 1 and 0 <= row["hit_budget"] <= 1
         assert row["entropy"] > 0 and 1 <= row["length"] <= 4
     # The base model is its own reference: KL 0. The trained agents moved away from it.
-    for role in ("pioneer", "observer"):
-        assert abs(cells["reference", "llm_0+llm_1", role]["kl"]["mean"]) < 1e-5
-    assert all(cells["trained", a, r]["kl"]["mean"] > 0 for a in ("llm_0", "llm_1")
-               for r in ("pioneer", "observer"))  # fmt: skip
+    assert all(abs(cells["reference", a, r]["kl"]["mean"]) < 1e-5 for a, r in seats)
+    assert all(cells["trained", a, r]["kl"]["mean"] > 0 for a, r in seats)
     assert result["held_out"]["held_out"] and result["held_out"]["task_settings"]["split"] == "test"
     # Each rotation plays the same queries: the pioneer seat moved, the queries did not.
     trained = result["samples"]["trained"]

@@ -6,8 +6,8 @@ python train/evaluate.py --task arith --k 4         # the base model alone (--ou
 Held-out queries: the task's test split (IMDB with a dataset, GSM8K from the hub), the
 packaged IMDB openings' held-out fifth, or arith drawn with another generator seed (minus
 any problem training could draw). Each agent answers in every role on the same queries,
-and the untrained base model plays the same games as the ``reference`` rows, so every
-number has its baseline. Metrics are defined in ``train/metrics.py``.
+and the untrained base model plays the same games in every seat as the ``reference``
+rows, so every number has its baseline. Metrics are defined in ``train/metrics.py``.
 """
 
 from __future__ import annotations
@@ -181,26 +181,17 @@ def cell_metrics(answers: Answers, etas: tuple[float, ...], checked: bool) -> di
 
 
 def table_rows(
-    model: str,
-    cells: dict[tuple[str, str], Answers],
-    seat_models: dict[str, str],
-    etas: tuple[float, ...],
-    checked: bool,
+    model: str, cells: dict[tuple[str, str], Answers], etas: tuple[float, ...], checked: bool
 ) -> list[dict[str, Any]]:
-    """One row per agent and role; the reference pools the seats of one base model."""
-    grouped: dict[tuple[str, str], Answers] = {}
-    for (agent, role), answers in cells.items():
-        if model == "reference":
-            base = seat_models[agent]
-            agent = "+".join(a for a, m in seat_models.items() if m == base)
-        grouped.setdefault((agent, role), Answers()).extend(answers)
-    order = sorted(grouped, key=lambda cell: (cell[0], _role_key(cell[1])))
+    """One row per agent and role. The reference is not pooled over seats: every row holds
+    the same number of answers, since distinct-n falls as answers are added."""
+    order = sorted(cells, key=lambda cell: (cell[0], _role_key(cell[1])))
     return [
         {
             "model": model,
             "agent": agent,
             "role": role,
-            **cell_metrics(grouped[agent, role], etas, checked),
+            **cell_metrics(cells[agent, role], etas, checked),
         }
         for agent, role in order
     ]
@@ -265,7 +256,6 @@ def evaluate(
     if not held_out:
         warnings.warn(f"evaluating on training queries: {note}", stacklevel=2)
     checked = checked or _answer_checked(game)
-    seat_models = cfg.seat_models()
     result: dict[str, Any] = {
         "run": str(run_dir) if run_dir is not None else None,
         "task": config.task,
@@ -290,7 +280,7 @@ def evaluate(
             for agent, learner in learners.items():
                 learner.load(folder / agent)
         cells, samples, moe = play_every_role(game, learners, batches, seed, show)
-        result["rows"] += table_rows(model, cells, seat_models, etas, checked)
+        result["rows"] += table_rows(model, cells, etas, checked)
         result["summary"][model] = pooled(cells)
         result["samples"][model] = samples
         if config.algorithm == "moe" and moe:
