@@ -43,7 +43,7 @@ def readme_training_commands() -> list[list[str]]:
     """The flags of every ``python train/{cory,ppo}.py`` line in the README that needs no run."""
     commands = []
     for line in README.read_text().splitlines():
-        match = re.search(r"python train/(cory|ppo)\.py\s+(.*?)(?:#.*)?$", line)
+        match = re.search(r"python train/(cory|ppo)\.py\s+([^`|#]*)", line)
         # (the unigram example needs its README code first: tests/test_learners.py runs it)
         if match and "runs/x" not in match.group(2) and "unigram" not in match.group(2):
             commands.append([match.group(1), *shlex.split(match.group(2))])
