@@ -3,6 +3,7 @@
 import cory_env
 env = cory_env.text_game(task="imdb")          # PettingZoo AECEnv, one game
 game = cory_env.batched_game("imdb", batch_size=64)   # B games in lock-step
+seat = cory_env.single_seat("arith", seat="llm_1")     # gymnasium.Env of one seat
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from cory_env.models import (
     pad_token_id,
 )
 from cory_env.query import Query
+from cory_env.single_seat import SingleSeatEnv, single_seat
+from cory_env.small_vocab import SMALL_VOCAB_ARITH, ArithScriptedPlayer, small_vocab_tokenizer
 from cory_env.tasks import (
     Task,
     TaskFunctionError,
@@ -61,9 +64,12 @@ def batched_game(
 __all__ = [
     "EMBEDDED",
     "GAME_SETTINGS",
+    "SMALL_VOCAB_ARITH",
+    "ArithScriptedPlayer",
     "BatchedTextGame",
     "GameSettings",
     "Query",
+    "SingleSeatEnv",
     "Task",
     "TaskFunctionError",
     "TextGameEnv",
@@ -77,5 +83,7 @@ __all__ = [
     "pad_token_id",
     "register_task",
     "role_name",
+    "single_seat",
+    "small_vocab_tokenizer",
     "text_game",
 ]

@@ -7,6 +7,13 @@ be solvable some of the time by a 135M instruct model, so that RL has a signal.
 Template convention (tests rely on it): each problem is one start sentence with the
 first number, one sentence per step with that step's operand, and a question with no
 number; gain steps say "more", multiplication steps say "times", loss steps say neither.
+
+``style="equation"`` (not the default) draws the same problems but writes each query as
+its bare expression, e.g. ``3+4`` or ``(3+4)*2`` (operations apply left to right, so a
+multiplication after earlier steps is bracketed), with the compact prompts ``3+4=`` for
+the pioneer and ``3+4[7]=`` for an observer shown the answer ``7``: prompts of a few
+characters, for character-level tokenizers (``cory_env.small_vocab_tokenizer``) and small
+policies.
 """
 
 from __future__ import annotations
@@ -95,6 +102,11 @@ NAMES = (
     "Raj", "Eva", "Max", "Zoe", "Kofi", "Lena", "Ivan", "Maya", "Hugo", "Aiko",
 )  # fmt: skip
 LATER = ("After that,", "Later,", "Next,", "Then")
+STYLES = ("words", "equation")
+"""Values of the ``style`` setting: word problems (default) or bare expressions."""
+EQUATION_CONTEXT_LENGTH = 16
+EQUATION_MAX_NEW_TOKENS = 4
+"""Defaults of the equation style: an answer of up to 3 digits and an EOS, a short prompt."""
 
 
 WHERE = "task 'arith'"
@@ -118,17 +130,21 @@ def generate_arith_problems(
     n_steps: int = 1,
     operations: Sequence[str] = ("+", "-"),
     seed: int = 0,
+    style: str = "words",
 ) -> list[Query]:
     """``n`` word problems of ``n_steps`` chained operations on operands 1..max_operand.
 
     Answers are never negative (a subtraction never takes away more than there is)
     and ``Query.answer`` is the exact integer as a string. Deterministic in ``seed``.
+    ``style="equation"`` writes the same problems (same seed, same numbers) as bare
+    expressions such as ``(3+4)*2``, evaluated left to right.
     """
     n = checks.integer(n, "n_queries", minimum=1, where=WHERE)
     max_operand = checks.integer(max_operand, "max_operand", minimum=1, where=WHERE)
     n_steps = checks.integer(n_steps, "n_steps", minimum=1, where=WHERE)
     ops = _check_operations(operations)
     seed = checks.integer(seed, "seed", minimum=0, where=WHERE)
+    style = checks.choice(style, "style", STYLES, where=WHERE)
     only_sub = set(ops) == {"-"}
     if only_sub and max_operand < n_steps:
         raise checks.fail(
@@ -154,6 +170,7 @@ def generate_arith_problems(
 
         value = int(rng.integers(n_steps if only_sub else 1, max_operand + 1))
         sentences = [theme.start.format(name=name, c=count(value))]
+        expression = str(value)
         for step in range(n_steps):
             op = pick([o for o in ops if o != "-" or value >= 1])
             if op == "-":
@@ -162,17 +179,21 @@ def generate_arith_problems(
                 k = int(rng.integers(1, min(max_operand, value - reserve) + 1))
                 value -= k
                 text = pick(theme.losses).format(name=name, c=count(k))
+                expression += f"-{k}"
             else:
                 k = int(rng.integers(1, max_operand + 1))
                 if op == "+":
                     value += k
                     text = pick(theme.gains).format(name=name, m=count(k, more=True))
+                    expression += f"+{k}"
                 else:
                     value *= k
                     text = f"the number of {theme.plural} became {k} times as large."
+                    expression = f"{expression}*{k}" if step == 0 else f"({expression})*{k}"
             sentences.append(f"{'Then' if step == 0 else pick(LATER)} {text}")
         sentences.append(theme.question.format(name=name))
-        problems.append(Query(text=" ".join(sentences), answer=str(value)))
+        words = " ".join(sentences)
+        problems.append(Query(text=expression if style == "equation" else words, answer=str(value)))
     return problems
 
 
@@ -187,6 +208,16 @@ def arith_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
     return f"{EXAMPLE}Q: {query.text}\n{references}A:"
 
 
+def arith_equation_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
+    """Compact prompt of the equation style: ``3+4=`` for the pioneer; an observer sees each
+    earlier answer it is given in brackets, in order: ``3+4[7]=`` (``3+4[7][8]=``)."""
+    if role == 0:
+        return f"{query.text}="
+    if not earlier:
+        raise ValueError(f"arith prompt for role {role} needs an earlier response; got none")
+    return query.text + "".join(f"[{answer.strip()}]" for answer in earlier) + "="
+
+
 @register_task("arith")
 def make_arith_task(
     *,
@@ -195,22 +226,37 @@ def make_arith_task(
     n_steps: int = 1,
     operations: Sequence[str] = ("+", "-"),
     seed: int = 0,
-    max_new_tokens: int | tuple[int, int] = 24,
-    context_length: int = 192,
+    max_new_tokens: int | tuple[int, int] | None = None,
+    context_length: int | None = None,
+    style: str = "words",
 ) -> Task:
     """Generated arithmetic word problems scored by the GSM8K answer checker.
 
     ``operations`` is a selection of "+", "-", "*"; operands are 1..max_operand;
     ``n_steps`` operations are chained. Responses are expected as "The answer is N."
+
+    ``style="equation"``: the same problems as bare expressions with the compact prompts of
+    :func:`arith_equation_prompt`; responses are expected as just the number. The budget and
+    context default to 24 and 192 tokens for words, 4 and 16 for equations.
     """
     queries = generate_arith_problems(
-        n_queries, max_operand=max_operand, n_steps=n_steps, operations=operations, seed=seed
+        n_queries,
+        max_operand=max_operand,
+        n_steps=n_steps,
+        operations=operations,
+        seed=seed,
+        style=style,
     )
+    equation = style == "equation"
+    if max_new_tokens is None:
+        max_new_tokens = EQUATION_MAX_NEW_TOKENS if equation else 24
+    if context_length is None:
+        context_length = EQUATION_CONTEXT_LENGTH if equation else 192
     return Task(
         name="arith",
         queries=queries,
         reward_fn=AnswerCheckReward(),
-        prompt_fn=arith_prompt,
+        prompt_fn=arith_equation_prompt if equation else arith_prompt,
         max_new_tokens=max_new_tokens,
         context_length=context_length,
         metadata={
@@ -218,5 +264,6 @@ def make_arith_task(
             "n_steps": n_steps,
             "operations": tuple(operations),
             "seed": seed,
+            "style": style,
         },
     )
