@@ -681,10 +681,12 @@ def run_one(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
         f"{algorithm}{' (LoRA)' if args.lora else ''}: {config.n_agents} agent(s), "
         f"B={config.batch_size}, {config.max_new_tokens} new tokens, "
         f"{config.ppo.ppo_epochs} epochs x mini-batch {config.ppo.mini_batch_size} "
-        f"(micro {config.ppo.mini_batch_size // config.ppo.gradient_accumulation_steps}), "
+        f"(micro {config.ppo.mini_batch_size // config.ppo.gradient_accumulation_steps}, "
+        f"forward_batch_size {config.ppo.forward_batch_size}), "
         f"model {config.model}, {device.type}, {torch.get_num_threads()} threads"
     )
     lines = [
+        f"code: {code_version()}",
         f"matmul GFLOP/s ({str(dtype).removeprefix('torch.')}, best of 5 before / after the "
         "run): "
         + ", ".join(
@@ -724,6 +726,26 @@ def run_one(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
         "floor_s": floor,
         "peak_rss_mb": peak_rss,
     }
+
+
+def code_version() -> str:
+    """The commit measured, and whether agents/, train/ or cory_env/ differ from it."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "agents", "train", "cory_env"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+        ).stdout.split()
+    except OSError:
+        return "unknown (no git)"
+    if not head:
+        return "unknown (not a git checkout)"
+    return head + (" with uncommitted changes to " + ", ".join(dirty[1::2]) if dirty else "")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
