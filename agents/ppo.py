@@ -264,9 +264,10 @@ class PPOAgent:
         turn.logprobs.append(logprobs.gather(-1, action[:, None]).squeeze(-1).cpu())
         turn.sample_logprobs.append(sample_logprobs.gather(-1, action[:, None]).squeeze(-1).cpu())
         turn.values.append(values[:, -1].float().cpu())
-        turn.entropies.append(torch.distributions.Categorical(logits=logits).entropy().cpu())
         if self.config.kl_estimator == "full":
-            turn.full_logprobs.append(logprobs.cpu())
+            turn.full_logprobs.append(logprobs.cpu())  # the entropy follows from these
+        else:
+            turn.entropies.append(entropy_from_logits(logits).cpu())
         return action.cpu().numpy()
 
     def _close_turn(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> Rollout:
@@ -302,7 +303,10 @@ class PPOAgent:
         mask = rollout.mask.float()
         lengths = mask.sum(dim=1)
         last = (lengths.long() - 1).clamp(min=0)[:, None]
-        entropy = torch.stack(self._turn.entropies, dim=1)
+        if rollout.full_logprobs is not None:
+            entropy = entropy_from_logits(rollout.full_logprobs)
+        else:
+            entropy = torch.stack(self._turn.entropies, dim=1)
         return {
             "kl": self.reference_kl(rollout).sum(dim=1).numpy(),
             "logprob": rollout.logprobs.sum(dim=1).numpy(),
