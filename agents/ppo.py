@@ -435,7 +435,7 @@ class PPOAgent:
                                        "entropy": pm.masked_mean(entropy, mb["mask"]),
                                        **pg_stats, **vf_stats}  # fmt: skip
                         for k, v in chunk_stats.items():
-                            micro_stats[k] += share * float(v)
+                            micro_stats[k] += share * float(torch.as_tensor(v).detach())
                     for k, v in micro_stats.items():
                         stats[f"ppo/{k}"].append(v)
                 if cfg.max_grad_norm is not None:
