@@ -195,3 +195,32 @@ def test_heterogeneous_seats_each_have_their_model_tokenizer_and_reference(
     run = run_training(config)
     rows = read_jsonl(run.path / "metrics.jsonl")
     assert len(rows) == 2 and rows[-1]["llm_1/kl"] >= 0
+
+
+def test_moe_evaluation_keeps_the_answer_with_the_higher_value(tiny_model_dir, tmp_path):
+    """Per query, MoE keeps the answer of the agent whose critic values it higher."""
+    import train.evaluate as ev
+
+    config = tiny_config(tiny_model_dir, tmp_path, algorithm="moe")
+    assert (config.lam, config.sees, config.n_agents) == (0.0, "none", 2)
+    game, learners = build_game_and_learners(config)
+
+    class Valued:
+        def __init__(self, inner, value):
+            self.inner, self.value = inner, value
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def turn_stats(self, obs):
+            stats = self.inner.turn_stats(obs)
+            return {**stats, "value": np.full(len(obs["role"]), self.value)}
+
+    for winner in ("llm_0", "llm_1"):
+        wrapped = {a: Valued(x, 1.0 if a == winner else -1.0) for a, x in learners.items()}
+        _, _, moe = ev.play_every_role(game, wrapped, batches=1, seed=0, show=0)
+        assert len(moe) == 2 * game.batch_size  # one batch per rotation of the roles
+        # The game still holds the last batch played: its kept answers are the winner's.
+        assert moe[-game.batch_size :] == game.scores[winner].tolist()
+        loser = "llm_1" if winner == "llm_0" else "llm_0"
+        assert game.scores[winner].tolist() != game.scores[loser].tolist()
