@@ -41,7 +41,7 @@ import torch
 from agents import pg_math as pg
 from agents import ppo_math as pm
 from agents.policy import PolicyWithValue, Reference
-from agents.ppo import PPOConfig, Rollout, response_logits
+from agents.ppo import PPOConfig
 from agents.registry import Seat, register_learner
 from agents.reinforce import CriticFreeAgent
 from cory_env import checks
@@ -140,32 +140,6 @@ class GRPOAgent(GroupAgent):
     """GRPO: group-normalised advantages, clipped token ratios, k3 KL in the loss (module doc)."""
 
     name = "grpo"
-
-    @torch.no_grad()
-    def reference_pass(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
-        """From one reference forward: the KL per token as PPO computes it (for the KL
-        controller and the reported KL) and the reference log-prob of each sampled token
-        (for the k3 term of the loss). Both (B, T), zero on padding."""
-        ids, mask, pos = rollout.sequences()
-        T = rollout.tokens.shape[1]
-        kls, token_lps = [], []
-        for rows in torch.arange(len(ids)).split(self.config.forward_batch_size):
-            with self.accelerator.autocast():
-                logits = self.reference.logits(
-                    ids[rows].to(self.device),
-                    mask[rows].to(self.device),
-                    pos[rows].to(self.device),
-                    keep=T + 1,
-                )
-            ref_lp = torch.log_softmax(response_logits(logits, T), dim=-1).cpu()
-            ref_tok = ref_lp.gather(-1, rollout.tokens[rows, :, None]).squeeze(-1)
-            if self.config.kl_estimator == "full":
-                kls.append(pm.kl_per_token(rollout.full_logprobs[rows], ref_lp))
-            else:
-                est = self.config.kl_estimator
-                kls.append(pm.kl_sampled(rollout.logprobs[rows], ref_tok, est))
-            token_lps.append(ref_tok)
-        return torch.cat(kls) * rollout.mask, torch.cat(token_lps) * rollout.mask
 
     def learn(self) -> dict[str, float]:
         cfg, ro = self.config, self.take_rollout()

@@ -317,11 +317,13 @@ class PPOAgent:
 
     # ------------------------------------------------------------------ learning
     @torch.no_grad()
-    def reference_kl(self, rollout: Rollout) -> torch.Tensor:
-        """KL(pi || pi_ref) per response token, one batched reference pass per rollout."""
+    def reference_pass(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+        """One batched forward of the reference over the rollout: the KL(pi || pi_ref) per
+        response token, and the reference log-prob of each sampled token (GRPO's k3 term).
+        Both (B, T), zero on padding."""
         ids, mask, pos = rollout.sequences()
         T = rollout.tokens.shape[1]
-        chunks = []
+        kls, token_logprobs = [], []
         for rows in torch.arange(len(ids)).split(self.config.forward_batch_size):
             with self.accelerator.autocast():
                 logits = self.reference.logits(
@@ -331,14 +333,50 @@ class PPOAgent:
                     keep=T + 1,
                 )
             ref_lp = torch.log_softmax(response_logits(logits, T), dim=-1).cpu()
+            ref_tok = ref_lp.gather(-1, rollout.tokens[rows, :, None]).squeeze(-1)
             if self.config.kl_estimator == "full":
-                chunks.append(pm.kl_per_token(rollout.full_logprobs[rows], ref_lp))
+                kls.append(pm.kl_per_token(rollout.full_logprobs[rows], ref_lp))
             else:
-                ref_tok = ref_lp.gather(-1, rollout.tokens[rows, :, None]).squeeze(-1)
-                chunks.append(
-                    pm.kl_sampled(rollout.logprobs[rows], ref_tok, self.config.kl_estimator)
-                )
-        return torch.cat(chunks) * rollout.mask
+                kls.append(pm.kl_sampled(rollout.logprobs[rows], ref_tok, self.config.kl_estimator))
+            token_logprobs.append(ref_tok)
+        return torch.cat(kls) * rollout.mask, torch.cat(token_logprobs) * rollout.mask
+
+    def reference_kl(self, rollout: Rollout) -> torch.Tensor:
+        """KL(pi || pi_ref) per response token (see :meth:`reference_pass`)."""
+        return self.reference_pass(rollout)[0]
+
+    def take_rollout(self) -> Rollout:
+        """The rollout collected since the last :meth:`learn` (then forgotten)."""
+        if self.rollout is None:
+            raise RuntimeError("learn() before any end_rollout(): nothing was collected")
+        rollout, self.rollout = self.rollout, None
+        return rollout
+
+    def scaled_scores(self, rollout: Rollout) -> torch.Tensor:
+        """The task scores, scaled as ``score_scaling``/``score_norm``/``score_clip`` say."""
+        cfg = self.config
+        moments = self.score_moments if cfg.score_scaling else None
+        return pm.scale_scores(
+            rollout.rewards.clone(), moments, cfg.score_scaling, cfg.score_norm, cfg.score_clip
+        )
+
+    def finish(
+        self, rollout: Rollout, kl: torch.Tensor, kl_coef: float, scores: torch.Tensor
+    ) -> dict[str, float]:
+        """Update the KL controller from the batch's mean summed KL (over every process);
+        return the statistics every LLM learner reports (the loop's ``kl`` is
+        ``objective/kl``)."""
+        seq_kl = kl.sum(dim=1)
+        B = len(rollout.rewards)
+        self.kl_ctl.update(self.mean_over_processes(seq_kl), B * self.accelerator.num_processes)
+        return {
+            "env/reward_mean": float(rollout.rewards.mean()),
+            "env/reward_std": float(rollout.rewards.std()) if B > 1 else 0.0,
+            "env/response_length": float(rollout.mask.float().sum(dim=1).mean()),
+            "objective/kl": float(seq_kl.mean()),
+            "objective/kl_coef": kl_coef,
+            f"{self.name}/scores_scaled_mean": float(scores.mean()),
+        }
 
     def mean_over_processes(self, values: torch.Tensor) -> float:
         """The mean of ``values`` over every process's games (data-parallel runs), as TRL
@@ -363,20 +401,14 @@ class PPOAgent:
 
     def learn(self) -> dict[str, float]:
         """One PPO update on the rollout collected since the last call."""
-        if self.rollout is None:
-            raise RuntimeError("learn() before any end_rollout(): nothing was collected")
-        cfg, ro = self.config, self.rollout
-        self.rollout = None
+        cfg, ro = self.config, self.take_rollout()
         mask = ro.mask.float()
         ids, seq_mask, pos = ro.sequences()
         B, T = ro.tokens.shape
 
         # Rewards: a KL penalty at every token, the (scaled) task score at the last one.
         kl = self.reference_kl(ro)
-        moments = self.score_moments if cfg.score_scaling else None
-        scores = pm.scale_scores(
-            ro.rewards.clone(), moments, cfg.score_scaling, cfg.score_norm, cfg.score_clip
-        )
+        scores = self.scaled_scores(ro)
         kl_coef = float(self.kl_ctl.value)
         rewards, non_score = pm.token_rewards(scores, kl, mask, kl_coef)
         # Advantages and value targets from the values recorded while acting.
@@ -446,19 +478,12 @@ class PPOAgent:
                 self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)  # free the gradients until the next update
 
-        seq_kl = kl.sum(dim=1)
-        self.kl_ctl.update(self.mean_over_processes(seq_kl), B * self.accelerator.num_processes)
         return {
             **{k: float(np.mean(v)) for k, v in stats.items()},
-            "env/reward_mean": float(ro.rewards.mean()),
-            "env/reward_std": float(ro.rewards.std()) if B > 1 else 0.0,
-            "env/response_length": float(mask.sum(dim=1).mean()),
-            "objective/kl": float(seq_kl.mean()),
-            "objective/kl_coef": kl_coef,
+            **self.finish(ro, kl, kl_coef, scores),  # the KL controller update, shared stats
             "objective/non_score_reward": float(non_score.sum(dim=1).mean()),
             "ppo/returns_mean": float(pm.masked_mean(returns, mask)),
             "ppo/values_mean": float(pm.masked_mean(ro.values, mask)),
-            "ppo/scores_scaled_mean": float(scores.mean()),
         }
 
     # ------------------------------------------------------------------ persistence

@@ -99,21 +99,6 @@ class CriticFreeAgent(PPOAgent):
         policy.value_head.requires_grad_(False)
         super().__init__(policy, reference, config, pad_token_id, accelerator, seed)
 
-    def take_rollout(self) -> Rollout:
-        """The rollout collected since the last :meth:`learn` (then forgotten)."""
-        if self.rollout is None:
-            raise RuntimeError("learn() before any end_rollout(): nothing was collected")
-        rollout, self.rollout = self.rollout, None
-        return rollout
-
-    def scaled_scores(self, rollout: Rollout) -> torch.Tensor:
-        """The task scores, scaled as PPO's ``score_scaling``/``score_norm``/``score_clip`` say."""
-        cfg = self.config
-        moments = self.score_moments if cfg.score_scaling else None
-        return pm.scale_scores(
-            rollout.rewards.clone(), moments, cfg.score_scaling, cfg.score_norm, cfg.score_clip
-        )
-
     @staticmethod
     def batch_tensors(rollout: Rollout) -> dict[str, torch.Tensor]:
         """What every mini-batch forward needs, built once; mini-batches are rows of them."""
@@ -168,23 +153,6 @@ class CriticFreeAgent(PPOAgent):
                     stats[f"{self.name}/grad_norm"].append(float(norm))
                 self.optimizer.step()
         return {k: float(np.mean(v)) for k, v in stats.items()}
-
-    def finish(
-        self, rollout: Rollout, kl: torch.Tensor, kl_coef: float, scores: torch.Tensor
-    ) -> dict[str, float]:
-        """Update the KL controller from the batch's mean summed KL; the statistics every
-        LLM learner reports (the loop's ``kl`` is ``objective/kl``)."""
-        seq_kl = kl.sum(dim=1)
-        B = len(rollout.rewards)
-        self.kl_ctl.update(self.mean_over_processes(seq_kl), B * self.accelerator.num_processes)
-        return {
-            "env/reward_mean": float(rollout.rewards.mean()),
-            "env/reward_std": float(rollout.rewards.std()) if B > 1 else 0.0,
-            "env/response_length": float(rollout.mask.float().sum(dim=1).mean()),
-            "objective/kl": float(seq_kl.mean()),
-            "objective/kl_coef": kl_coef,
-            f"{self.name}/scores_scaled_mean": float(scores.mean()),
-        }
 
 
 class ReinforceAgent(CriticFreeAgent):
