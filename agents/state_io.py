@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
 
 _ALIASES = "cory.aliases"
 
@@ -65,11 +65,9 @@ def load_tensors(path: Path) -> dict[str, torch.Tensor]:
     if not path.is_file():
         raise invalid(path, "the file is missing")
     try:
-        from safetensors import safe_open
-
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
-        tensors = load_file(str(path))
+            tensors = {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118
         aliases = json.loads(metadata.get(_ALIASES, "{}"))
     except (SafetensorError, OSError, ValueError, json.JSONDecodeError) as err:
         raise invalid(path, f"not a readable safetensors file: {err}") from None

@@ -120,7 +120,7 @@ class RunDirectory:
                 rows = [
                     line
                     for line in file.read_text().splitlines()
-                    if _iteration_of(line) is not None and _iteration_of(line) < iteration
+                    if (kept := _iteration_of(line)) is not None and kept < iteration
                 ]
                 file.write_text("".join(r + "\n" for r in rows))
 

@@ -64,10 +64,7 @@ def build_game_and_learners(
     accelerator = accelerator or make_accelerator(config)
     seat_models = config.seat_models()
     tokenizers = {agent: load_tokenizer(model) for agent, model in seat_models.items()}
-    distinct = {id(t) for t in tokenizers.values()}
-    game = make_game(
-        config, next(iter(tokenizers.values())) if len(distinct) == 1 else list(tokenizers.values())
-    )
+    game = make_game(config, list(tokenizers.values()))
     pool = ModelPool(partial(load_causal_lm, load_in_4bit=config.load_in_4bit), lora_config(config))
     learners: dict[str, Learner] = {}
     for i, (agent, (name, settings)) in enumerate(config.seat_learners().items()):
