@@ -32,14 +32,21 @@ def lm_forward(
     """Call a HF causal LM across transformers versions (``cache`` was ``past_key_values``).
 
     ``keep`` > 0 computes the LM head on the last ``keep`` positions only: a prompt's
-    logits are never needed, and the head is the costliest layer of a small model.
+    logits are never needed, and the head is the costliest layer of a small model. They
+    are named by an index tensor, not a count: a count slices the hidden states into a
+    strided view, which torch multiplies through a batched matmul with the head's weight
+    expanded per row, at half the speed of one matmul (bench: 210 vs 100 ms for 16 x 16
+    positions of SmolLM2's 49k-token head without grad).
     """
     inner = lm.get_base_model() if hasattr(lm, "get_base_model") else lm  # peft wrapper
     names = _forward_params(type(inner))
     if cache is not None:
         kwargs["cache" if "cache" in names else "past_key_values"] = cache
     if keep and "logits_to_keep" in names:
-        kwargs["logits_to_keep"] = keep
+        length = input_ids.shape[1]
+        kwargs["logits_to_keep"] = torch.arange(
+            max(length - keep, 0), length, device=input_ids.device
+        )
     out = lm(
         input_ids=input_ids,
         attention_mask=attention_mask,

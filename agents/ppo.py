@@ -29,7 +29,7 @@ from agents import ppo_math as pm
 from agents import state_io
 from agents.policy import PolicyWithValue, Reference
 from agents.registry import Seat, register_learner
-from agents.sampling import SamplingDistribution, seen_before_each, seen_tokens
+from agents.sampling import SamplingDistribution, seen_before_each
 from cory_env import checks
 
 FORMAT = 1
@@ -136,16 +136,14 @@ class Turn:
     values: list[torch.Tensor] = field(default_factory=list)
     full_logprobs: list[torch.Tensor] = field(default_factory=list)
     entropies: list[torch.Tensor] = field(default_factory=list)
-    seen: torch.Tensor | None = None  # (B, V) tokens in the context, for a repetition penalty
+    seen: tuple[torch.Tensor, torch.Tensor] | None = None  # ids in the context and which are real
 
     @classmethod
     def start(cls, obs: dict[str, np.ndarray], device: torch.device) -> Turn:
         """From a turn's first observation, minus columns that are padding in every row."""
         ids = torch.as_tensor(np.asarray(obs["input_ids"]), dtype=torch.long)
         mask = torch.as_tensor(np.asarray(obs["attention_mask"]), dtype=torch.long)
-        used = mask.any(dim=0).nonzero()
-        first = int(used[0]) if len(used) else ids.shape[1] - 1
-        ids, mask = ids[:, first:], mask[:, first:]
+        ids, mask = without_shared_padding(mask, ids, mask)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         return cls(ids, mask, mask.to(device), positions.to(device))
 
@@ -169,6 +167,24 @@ class Rollout:
         ids = torch.cat([self.prompt_ids, self.tokens], dim=1)
         mask = torch.cat([self.prompt_mask, self.mask], dim=1)
         return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def without_shared_padding(
+    mask: torch.Tensor, *columns: torch.Tensor, keep: int = 1
+) -> list[torch.Tensor]:
+    """``columns`` (B, L) minus the leading columns that are padding in every row of
+    ``mask``: no model computes them, and a real token attends to none of them, so the
+    result is the same. The last ``keep`` columns always stay (a response, even one the
+    game rejected, and the prompt position that predicts its first token)."""
+    used = mask.any(dim=0).nonzero()
+    last_allowed = mask.shape[1] - keep
+    first = min(int(used[0]), last_allowed) if len(used) else last_allowed
+    return [c[:, max(first, 0) :] for c in columns]
+
+
+def by_prompt_length(rows: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+    """``rows`` ordered by prompt length, so that a chunk of neighbours shares its padding."""
+    return rows[torch.argsort(prompt_mask[rows].sum(dim=1), stable=True)]
 
 
 def response_logits(logits: torch.Tensor, steps: int) -> torch.Tensor:
@@ -252,12 +268,15 @@ class PPOAgent:
         logits = logits[:, -1].float()
         logprobs = torch.log_softmax(logits, dim=-1)  # the model's own distribution
         if self.sampling.needs_history and turn.seen is None:
-            vocab = logits.shape[-1]
-            turn.seen = seen_tokens(turn.prompt_ids, turn.prompt_mask, vocab).to(self.device)
+            turn.seen = (turn.prompt_ids.to(self.device), turn.prompt_mask.bool().to(self.device))
         sampled = self.sampling.logits(logits, turn.seen)
         action = torch.multinomial(torch.softmax(sampled, dim=-1), 1, generator=self.generator)
         if turn.seen is not None:
-            turn.seen.scatter_(1, action, True)
+            ids, real = turn.seen
+            turn.seen = (
+                torch.cat([ids, action], 1),
+                torch.cat([real, torch.ones_like(action, dtype=torch.bool)], 1),
+            )
         action = action.squeeze(-1)
         sample_logprobs = logprobs if self.sampling.is_model else sampled.log_softmax(-1)
         turn.tokens.append(action.cpu())
@@ -322,24 +341,23 @@ class PPOAgent:
         response token, and the reference log-prob of each sampled token (GRPO's k3 term).
         Both (B, T), zero on padding."""
         ids, mask, pos = rollout.sequences()
-        T = rollout.tokens.shape[1]
-        kls, token_logprobs = [], []
-        for rows in torch.arange(len(ids)).split(self.config.forward_batch_size):
+        B, T = rollout.tokens.shape
+        kl, token_logprobs = torch.zeros(B, T), torch.zeros(B, T)
+        everyone = by_prompt_length(torch.arange(B), rollout.prompt_mask)
+        for rows in everyone.split(self.config.forward_batch_size):
+            inputs = without_shared_padding(
+                mask[rows], ids[rows], mask[rows], pos[rows], keep=T + 1
+            )
             with self.accelerator.autocast():
-                logits = self.reference.logits(
-                    ids[rows].to(self.device),
-                    mask[rows].to(self.device),
-                    pos[rows].to(self.device),
-                    keep=T + 1,
-                )
+                logits = self.reference.logits(*(x.to(self.device) for x in inputs), keep=T + 1)
             ref_lp = torch.log_softmax(response_logits(logits, T), dim=-1).cpu()
             ref_tok = ref_lp.gather(-1, rollout.tokens[rows, :, None]).squeeze(-1)
             if self.config.kl_estimator == "full":
-                kls.append(pm.kl_per_token(rollout.full_logprobs[rows], ref_lp))
+                kl[rows] = pm.kl_per_token(rollout.full_logprobs[rows], ref_lp)
             else:
-                kls.append(pm.kl_sampled(rollout.logprobs[rows], ref_tok, self.config.kl_estimator))
-            token_logprobs.append(ref_tok)
-        return torch.cat(kls) * rollout.mask, torch.cat(token_logprobs) * rollout.mask
+                kl[rows] = pm.kl_sampled(rollout.logprobs[rows], ref_tok, self.config.kl_estimator)
+            token_logprobs[rows] = ref_tok
+        return kl * rollout.mask, token_logprobs * rollout.mask
 
     def reference_kl(self, rollout: Rollout) -> torch.Tensor:
         """KL(pi || pi_ref) per response token (see :meth:`reference_pass`)."""
@@ -393,9 +411,7 @@ class PPOAgent:
         if not self.sampling.is_model:
             seen = None
             if self.sampling.needs_history:
-                seen = seen_before_each(
-                    mb["prompt_ids"], mb["prompt_mask"], mb["tokens"], logits.shape[-1]
-                )
+                seen = seen_before_each(mb["prompt_ids"], mb["prompt_mask"], mb["tokens"])
             logits = self.sampling.logits(logits, seen)
         return selective_log_softmax(logits, mb["tokens"])
 
@@ -426,7 +442,9 @@ class PPOAgent:
         # Epochs of shuffled mini-batches; each mini-batch accumulates its micro-batches, and
         # a micro-batch is computed in chunks of forward_batch_size rows, each weighted by
         # its share of the micro-batch's tokens: the gradient and the logged statistics are
-        # exactly the micro-batch's, for a fraction of the activation memory.
+        # exactly the micro-batch's, for a fraction of the activation memory. Its rows are
+        # chunked in order of prompt length, and a chunk drops the padding all its rows
+        # share, so little padding is computed.
         micro = cfg.mini_batch_size // cfg.gradient_accumulation_steps
         stats: dict[str, list[float]] = defaultdict(list)
         for _ in range(cfg.ppo_epochs):
@@ -436,8 +454,14 @@ class PPOAgent:
                 for rows in batch.split(micro):
                     tokens_in_micro = mask[rows].sum()
                     micro_stats: dict[str, float] = defaultdict(float)
-                    for chunk in rows.split(cfg.forward_batch_size):
-                        mb = {k: v[chunk].to(self.device) for k, v in data.items()}
+                    grouped = by_prompt_length(rows, ro.prompt_mask)
+                    for chunk in grouped.split(cfg.forward_batch_size):
+                        mb = {k: v[chunk] for k, v in data.items()}
+                        mb["ids"], mb["attention"], mb["positions"] = without_shared_padding(
+                            mb["attention"], mb["ids"], mb["attention"], mb["positions"],
+                            keep=T + 1,
+                        )  # fmt: skip
+                        mb = {k: v.to(self.device) for k, v in mb.items()}
                         share = float(mb["mask"].sum() / tokens_in_micro)
                         with self.accelerator.autocast():
                             logits, values, _ = self.policy(

@@ -20,22 +20,24 @@ from transformers import (
 )
 
 
-def seen_tokens(ids: torch.Tensor, mask: torch.Tensor, vocab_size: int) -> torch.Tensor:
-    """(N, V) bool: which tokens occur among the unmasked ``ids`` (N, L) of each row."""
-    counts = torch.zeros(ids.shape[0], vocab_size, device=ids.device)
-    counts.scatter_add_(1, ids, mask.to(counts.dtype))
-    return counts > 0
-
-
 def seen_before_each(
-    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, tokens: torch.Tensor, vocab_size: int
-) -> torch.Tensor:
-    """(N, T, V) bool: the tokens seen before each response position (prompt + earlier ones)."""
-    prompt = seen_tokens(prompt_ids, prompt_mask, vocab_size)
-    onehot = torch.zeros(*tokens.shape, vocab_size, device=tokens.device)
-    onehot.scatter_(2, tokens[..., None], 1.0)
-    earlier = torch.cat([torch.zeros_like(onehot[:, :1]), onehot[:, :-1]], dim=1).cumsum(1) > 0
-    return earlier | prompt[:, None, :]
+    prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, tokens: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The tokens seen before each of the T response positions: ids (N, T, P+T), the prompt
+    then the earlier response tokens, and which of those slots are real (N, T, P+T) bool.
+
+    A few dozen ids per position instead of a (N, T, V) mask: the repetition penalty then
+    touches only the logits it changes."""
+    N, T = tokens.shape
+    P = prompt_ids.shape[1]
+    earlier = torch.ones(T, T, dtype=torch.bool, device=tokens.device).tril(-1)
+    ids = torch.cat(
+        [prompt_ids[:, None, :].expand(N, T, P), tokens[:, None, :].expand(N, T, T)], -1
+    )
+    real = torch.cat(
+        [prompt_mask.bool()[:, None, :].expand(N, T, P), earlier.expand(N, T, T)], dim=-1
+    )
+    return ids, real
 
 
 class SamplingDistribution:
@@ -67,15 +69,36 @@ class SamplingDistribution:
     def needs_history(self) -> bool:
         return self.repetition_penalty != 1.0
 
-    def logits(self, logits: torch.Tensor, seen: torch.Tensor | None) -> torch.Tensor:
-        """Reshape (..., V) logits; ``seen`` (..., V) marks tokens already in the context."""
+    def logits(
+        self, logits: torch.Tensor, seen: tuple[torch.Tensor, torch.Tensor] | None
+    ) -> torch.Tensor:
+        """Reshape (..., V) logits; ``seen`` = (ids, real) (..., K) names the tokens already
+        in the context (slots where ``real`` is False are ignored)."""
         if self.repetition_penalty != 1.0:
             if seen is None:
                 raise ValueError("a repetition penalty needs the tokens seen so far")
-            p = self.repetition_penalty
-            penalised = torch.where(logits < 0, logits * p, logits / p)
-            logits = torch.where(seen, penalised, logits)
+            logits = self._penalise(logits, *seen)
         if self.warpers:
             shape = logits.shape
             logits = self.warpers(None, logits.reshape(-1, shape[-1]).clone()).reshape(shape)
         return logits
+
+    def _penalise(
+        self, logits: torch.Tensor, ids: torch.Tensor, real: torch.Tensor
+    ) -> torch.Tensor:
+        """transformers' rule, x * p where x < 0 and x / p elsewhere, on the seen tokens.
+
+        As ``logits * up / down`` with factors that are p on the tokens to change and 1
+        elsewhere: the same bits as that rule (x * 1 and x / 1 are exact), the same
+        gradient, and a token seen twice is changed once. The factors are scattered
+        from the K seen ids with max (min for p < 1), so that ignored slots, which write
+        1, never undo a real one."""
+        p = self.repetition_penalty
+        picked = logits.detach().gather(-1, ids)
+        reduce = "amax" if p > 1 else "amin"
+        factors = []
+        for change in (real & (picked < 0), real & (picked >= 0)):
+            values = torch.where(change, p, 1.0).to(logits.dtype)
+            factors.append(torch.ones_like(logits).scatter_reduce_(-1, ids, values, reduce))
+        up, down = factors
+        return logits * up / down

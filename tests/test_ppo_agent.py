@@ -193,15 +193,49 @@ def test_seen_tokens_and_repetition_penalty_by_hand():
     prompt = torch.tensor([[0, 2, 3]])  # 0 is padding (mask 0)
     prompt_mask = torch.tensor([[0, 1, 1]])
     tokens = torch.tensor([[4, 2, 1]])
-    seen = seen_before_each(prompt, prompt_mask, tokens, vocab_size=5)
+    ids, real = seen_before_each(prompt, prompt_mask, tokens)
+
+    def seen_set(t):
+        return set(ids[0, t][real[0, t]].tolist())
+
     # before t=0: {2, 3}; before t=1: {2, 3, 4}; before t=2: {2, 3, 4} (2 again)
-    assert seen[0, 0].tolist() == [False, False, True, True, False]
-    assert seen[0, 1].tolist() == [False, False, True, True, True]
-    assert seen[0, 2].tolist() == [False, False, True, True, True]
+    assert [seen_set(t) for t in range(3)] == [{2, 3}, {2, 3, 4}, {2, 3, 4}]
     logits = torch.tensor([[2.0, -2.0, 2.0, -2.0, 0.5]])
-    out = SamplingDistribution(repetition_penalty=2.0).logits(logits, seen[:, 1])
+    out = SamplingDistribution(repetition_penalty=2.0).logits(logits, (ids[:, 1], real[:, 1]))
     # seen tokens 2, 3, 4: positive logits halve, negative double; 0 and 1 untouched
     torch.testing.assert_close(out, torch.tensor([[2.0, -2.0, 1.0, -4.0, 0.25]]))
+
+
+@pytest.mark.parametrize("penalty", [1.1, 1.3, 0.8])
+def test_repetition_penalty_matches_the_dense_rule_bit_for_bit(penalty):
+    """Seen ids with repeats and ignored slots give the same logits and gradient, to the
+    bit, as transformers' rule applied through a dense (N, T, V) mask."""
+    from agents.sampling import SamplingDistribution, seen_before_each
+
+    g = torch.Generator().manual_seed(0)
+    N, P, T, V = 3, 5, 6, 11  # a small vocabulary: many repeats
+    prompt = torch.randint(0, V, (N, P), generator=g)
+    prompt_mask = torch.ones(N, P, dtype=torch.long)
+    prompt_mask[0, :2] = 0
+    tokens = torch.randint(0, V, (N, T), generator=g)
+    logits = torch.randn(N, T, V, generator=g, requires_grad=True)
+    weights = torch.randn(N, T, V, generator=g)
+
+    dense = torch.zeros(N, T, V, dtype=torch.bool)
+    for n in range(N):
+        for t in range(T):
+            context = prompt[n][prompt_mask[n].bool()].tolist() + tokens[n, :t].tolist()
+            dense[n, t, context] = True
+    x = logits.detach().clone().requires_grad_(True)
+    expected = torch.where(dense, torch.where(x < 0, x * penalty, x / penalty), x)
+    (expected * weights).sum().backward()
+
+    out = SamplingDistribution(repetition_penalty=penalty).logits(
+        logits, seen_before_each(prompt, prompt_mask, tokens)
+    )
+    (out * weights).sum().backward()
+    assert torch.equal(out, expected)
+    assert torch.equal(logits.grad, x.grad)
 
 
 @pytest.mark.parametrize(
