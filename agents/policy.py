@@ -70,6 +70,12 @@ def _cache_of(out: Any) -> Any:
     return getattr(out, field, None)
 
 
+def tied_embeddings(lm: nn.Module) -> bool:
+    """Whether the input embedding and the LM head are one weight."""
+    head = lm.get_output_embeddings()
+    return head is not None and lm.get_input_embeddings().weight is head.weight
+
+
 class PolicyWithValue(nn.Module):
     """A causal LM with a scalar value head on its last hidden state.
 
@@ -85,6 +91,12 @@ class PolicyWithValue(nn.Module):
         self.value_head = nn.Linear(hidden, 1)
         nn.init.normal_(self.value_head.weight, std=1.0 / np.sqrt(hidden + 1))
         nn.init.zeros_(self.value_head.bias)
+        if adapter is None and tied_embeddings(lm):
+            # The input embedding's gradient as the few rows a batch uses, added to the
+            # tied head's dense one, instead of a second (V, d) tensor of zeros filled,
+            # summed and freed every backward (bench: 0.27 s per chunk of 16 rows on
+            # SmolLM2-135M). The sum, and so the parameter's .grad, stays dense.
+            lm.get_input_embeddings().sparse = True
 
     def forward(
         self,

@@ -424,6 +424,7 @@ class PPOAgent:
 
         # Rewards: a KL penalty at every token, the (scaled) task score at the last one.
         kl = self.reference_kl(ro)
+        ro.full_logprobs = None  # (B, T, V): not needed past the KL, so not held while learning
         scores = self.scaled_scores(ro)
         kl_coef = float(self.kl_ctl.value)
         rewards, non_score = pm.token_rewards(scores, kl, mask, kl_coef)

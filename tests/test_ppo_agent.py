@@ -309,3 +309,42 @@ def test_chunked_forwards_give_the_micro_batch_update_exactly(tiny_tokenizer):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-4)
     for key in ("ppo/loss_policy", "ppo/loss_value", "ppo/entropy", "ppo/clipfrac"):
         assert stats_a[key] == pytest.approx(stats_b[key], rel=1e-5, abs=1e-7), key
+
+
+def test_a_tied_embedding_gets_the_dense_gradient_from_sparse_rows(tiny_tokenizer):
+    """Tied weights: the embedding's gradient comes as rows, yet .grad is dense and equal
+    to the all-dense computation (and Adam's fused step takes it); untied: unchanged."""
+    import copy
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from agents.policy import PolicyWithValue
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        tie_word_embeddings=True,
+    )  # fmt: skip
+    lm = LlamaForCausalLM(config).eval()
+    policy = PolicyWithValue(copy.deepcopy(lm))
+    assert policy.lm.get_input_embeddings().sparse
+    dense = PolicyWithValue(copy.deepcopy(lm))
+    dense.lm.get_input_embeddings().sparse = False
+    dense.value_head.load_state_dict(policy.value_head.state_dict())
+    ids = torch.tensor([[3, 3, 5, 7, 3], [9, 3, 2, 2, 4]])  # repeated tokens
+    mask = torch.ones_like(ids)
+    pos = mask.cumsum(-1) - 1
+    for model in (policy, dense):
+        for _ in range(2):  # two accumulated backward passes, as chunks of a micro-batch
+            logits, values, _ = model(ids, mask, pos, keep=3)
+            (torch.log_softmax(logits, -1)[..., 4].sum() + values.sum()).backward()
+    weight = policy.lm.get_input_embeddings().weight
+    assert weight.grad.layout == torch.strided
+    torch.testing.assert_close(weight.grad, dense.lm.get_input_embeddings().weight.grad)
+    torch.optim.Adam(policy.parameters(), lr=1e-3, fused=True).step()
+
+    untied = PolicyWithValue(
+        LlamaForCausalLM(LlamaConfig(**{**config.to_dict(), "tie_word_embeddings": False}))
+    )
+    assert not untied.lm.get_input_embeddings().sparse

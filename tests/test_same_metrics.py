@@ -49,7 +49,7 @@ def test_a_seeded_run_logs_the_metrics_it_logged_before_the_speedups(tiny_model_
     rows = metrics_of_a_seeded_run(tiny_model_dir, tmp_path / "run")
     assert len(rows) == len(expected)
     compared = 0
-    for row, old in zip(rows, expected):
+    for row, old in zip(rows, expected, strict=True):
         for key, value in old.items():
             if not isinstance(value, (int, float)) or key.startswith(("time/", "memory/")):
                 continue
