@@ -372,17 +372,24 @@ def _instrument_learner(
 
     def reference_kl(orig):
         def timed(rollout):
-            ids, mask, _ = rollout.sequences()
-            steps = rollout.tokens.shape[1]
-            with rec.phase("reference") as s:
-                out = orig(rollout)
-            fwd = counts.forward(len(ids), ids.shape[1], keep=steps + 1, adapter=False)
-            s.flops += sum(fwd.values())
-            s.tokens += ids.numel()
-            s.real += float(mask.sum())
-            return out
+            with rec.phase("reference"):
+                return orig(rollout)
 
         return timed
+
+    def reference_logits(orig):  # counts what the reference pass really computes
+        def counted(input_ids, attention_mask, *args, **kwargs):
+            out = orig(input_ids, attention_mask, *args, **kwargs)
+            if rec.inside("reference"):
+                s = rec.phases["reference"]
+                rows, width = input_ids.shape
+                fwd = counts.forward(rows, width, keep=kwargs.get("keep", 0), adapter=False)
+                s.flops += sum(fwd.values())
+                s.tokens += input_ids.numel()
+                s.real += float(attention_mask.sum())
+            return out
+
+        return counted
 
     def learn(orig):
         def timed():
@@ -423,6 +430,9 @@ def _instrument_learner(
     _wrap(learner, "act", act)
     _wrap(learner, "end_rollout", end_rollout)
     _wrap(learner, "reference_kl", reference_kl)
+    if not getattr(learner.reference, "_bench_counted", False):  # shared between seats
+        _wrap(learner.reference, "logits", reference_logits)
+        learner.reference._bench_counted = True
     _wrap(learner, "learn", learn)
     _wrap(learner.policy, "forward", forward)
     _wrap(learner.optimizer, "step", step)

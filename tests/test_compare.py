@@ -59,7 +59,8 @@ def test_curves_and_frontier_files(tmp_path, capsys):
     written = compare.main([str(runs), "--out", str(tmp_path / "out")])
     names = {p.name for p in written}
     assert names == {"curves-agents.png", "curves-agents.csv", "curves-roles.png",
-                     "curves-roles.csv", "frontier.png", "frontier.csv"}  # fmt: skip
+                     "curves-roles.csv", "frontier.png", "frontier.csv", "summary.csv",
+                     "summary.md"}  # fmt: skip
     with (tmp_path / "out" / "curves-agents.csv").open() as f:
         table = list(csv.DictReader(f))
     two_seeds = [r for r in table if r["group"] == "ppo init_kl_coef=0.1" and r["quantity"] ==
@@ -77,4 +78,14 @@ def test_curves_and_frontier_files(tmp_path, capsys):
         "p1": "True", "p2": "True", "p3": "False", "c1": "True",
     }  # fmt: skip
     assert float(frontier["c1"]["r - 0.01 KL"]) == pytest.approx(0.6 - 0.02)
-    assert "ppo init_kl_coef=0.1: 2 seed(s)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "ppo init_kl_coef=0.1: 2 seed(s)" in printed
+    summary = {r["group"]: r for r in csv.DictReader((tmp_path / "out" / "summary.csv").open())}
+    two = summary["ppo init_kl_coef=0.1"]  # rewards 0.5 and 0.7 beside a base of 0.1
+    assert two["seeds"] == "2" and two["games_per_seed"] == "8"
+    assert float(two["reward_mean"]) == pytest.approx(0.6)
+    assert float(two["reward_std"]) == pytest.approx(0.1414214, rel=1e-6)
+    assert float(two["reward_minus_base_mean"]) == pytest.approx(0.5)
+    assert float(two["kl_mean"]) == pytest.approx(5.0)
+    assert float(summary["cory"]["reward_std"]) == 0.0  # one seed
+    assert "| ppo init_kl_coef=0.1 | 2 | 8 | 0.600 ± 0.141 | 0.100 ± 0.000 |" in printed

@@ -265,6 +265,67 @@ def plot_frontier(groups: list[Group], point: str, out: Path) -> tuple[Path, Pat
     return png, table_csv
 
 
+# ----------------------------------------------------------------------------- summary
+def _spread(values: list[float]) -> tuple[float, float]:
+    """Mean and sample std (0 for one value)."""
+    arr = np.asarray(values, dtype=float)
+    return float(arr.mean()), float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
+
+
+def summary_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
+    """Per group, over its evaluated seeds: the test reward of the trained model and of
+    the base model evaluated beside it, their difference within each evaluation (the
+    paired comparison: same queries, so less noise than two means), and the test KL."""
+    rows = []
+    for group in groups:
+        trained, base, gain, kl, games = [], [], [], [], []
+        for run in group.runs:
+            summary = (run.evaluation or {}).get("summary") or {}
+            mine = summary.get("trained", {}).get(point)
+            ref = summary.get("reference", {}).get(point)
+            if mine is None or ref is None:
+                continue
+            trained.append(mine["reward"])
+            base.append(ref["reward"])
+            gain.append(mine["reward"] - ref["reward"])
+            kl.append(mine.get("kl", float("nan")))
+            games.append(mine.get("n", 0))
+        if not trained:
+            continue
+        row: dict[str, Any] = {"group": group.label, "algorithm": group.algorithm,
+                               "seeds": len(trained), "games_per_seed": min(games)}  # fmt: skip
+        for name, values in (("reward", trained), ("base_reward", base),
+                             ("reward_minus_base", gain), ("kl", kl)):  # fmt: skip
+            row[f"{name}_mean"], row[f"{name}_std"] = _spread(values)
+        rows.append(row)
+    return rows
+
+
+def write_summary(groups: list[Group], point: str, out: Path) -> tuple[Path, Path] | None:
+    """``summary.csv`` and ``summary.md``: the table a results section quotes."""
+    rows = summary_rows(groups, point)
+    if not rows:
+        return None
+    table_csv, table_md = out / "summary.csv", out / "summary.md"
+    write_csv(table_csv, rows, list(rows[0]))
+    lines = [
+        f"Test results at {point!r}, mean ± std over seeds (base: the untrained model in "
+        "the same evaluation):",
+        "",
+        "| group | seeds | games / seed | test reward | base model | reward - base | test KL |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        cells = [f"{r[f'{k}_mean']:.3f} ± {r[f'{k}_std']:.3f}"
+                 for k in ("reward", "base_reward", "reward_minus_base")]  # fmt: skip
+        cells.append(f"{r['kl_mean']:.2f} ± {r['kl_std']:.2f}")
+        lines.append(f"| {r['group']} | {r['seeds']} | {r['games_per_seed']} | "
+                     + " | ".join(cells) + " |")  # fmt: skip
+    table_md.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return table_csv, table_md
+
+
 def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
@@ -294,6 +355,7 @@ def compare(
               "(python train/evaluate.py RUN_DIR ...)")  # fmt: skip
     else:
         written += frontier
+        written += write_summary(groups, point, out) or ()
     for group in groups:
         print(f"compare: {group.label}: {len(group.runs)} seed(s)")
     return written
