@@ -108,7 +108,9 @@ class PolicyWithValue(nn.Module):
         keep: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """Logits and values of the last ``keep`` positions (0 = all), and the KV cache."""
-        if self.adapter is not None:
+        if self.adapter is not None and getattr(self.lm, "active_adapter", None) != self.adapter:
+            # Only on a change of seat: peft's set_adapter walks every module (measured
+            # in acting, where it ran once per token, LoRA rollout/generate 0.84x).
             self.lm.set_adapter(self.adapter)
         out = lm_forward(
             self.lm,
