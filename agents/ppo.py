@@ -415,6 +415,17 @@ class PPOAgent:
             logits = self.sampling.logits(logits, seen)
         return selective_log_softmax(logits, mb["tokens"])
 
+    def rows_on_device(
+        self, data: dict[str, torch.Tensor], rows: torch.Tensor, steps: int
+    ) -> dict[str, torch.Tensor]:
+        """``rows`` of the batch tensors on the device, their sequences minus the padding
+        all those rows share (never the ``steps`` response columns or the one before)."""
+        mb = {k: v[rows] for k, v in data.items()}
+        mb["ids"], mb["attention"], mb["positions"] = without_shared_padding(
+            mb["attention"], mb["ids"], mb["attention"], mb["positions"], keep=steps + 1
+        )
+        return {k: v.to(self.device) for k, v in mb.items()}
+
     def learn(self) -> dict[str, float]:
         """One PPO update on the rollout collected since the last call."""
         cfg, ro = self.config, self.take_rollout()
@@ -457,12 +468,7 @@ class PPOAgent:
                     micro_stats: dict[str, float] = defaultdict(float)
                     grouped = by_prompt_length(rows, ro.prompt_mask)
                     for chunk in grouped.split(cfg.forward_batch_size):
-                        mb = {k: v[chunk] for k, v in data.items()}
-                        mb["ids"], mb["attention"], mb["positions"] = without_shared_padding(
-                            mb["attention"], mb["ids"], mb["attention"], mb["positions"],
-                            keep=T + 1,
-                        )  # fmt: skip
-                        mb = {k: v.to(self.device) for k, v in mb.items()}
+                        mb = self.rows_on_device(data, chunk, T)
                         share = float(mb["mask"].sum() / tokens_in_micro)
                         with self.accelerator.autocast():
                             logits, values, _ = self.policy(

@@ -39,7 +39,7 @@ from agents import pg_math as pg
 from agents import ppo_math as pm
 from agents import state_io
 from agents.policy import PolicyWithValue, Reference
-from agents.ppo import PPOAgent, PPOConfig, Rollout, response_logits, without_shared_padding
+from agents.ppo import PPOAgent, PPOConfig, Rollout, response_logits
 from agents.registry import Seat, register_learner
 from cory_env import checks
 
@@ -129,11 +129,7 @@ class CriticFreeAgent(PPOAgent):
                 total = float(data["mask"][batch].sum()) if per_token else len(batch)
                 self.optimizer.zero_grad(set_to_none=True)
                 for rows in batch.split(micro):
-                    mb = {k: v[rows] for k, v in data.items()}
-                    mb["ids"], mb["attention"], mb["positions"] = without_shared_padding(
-                        mb["attention"], mb["ids"], mb["attention"], mb["positions"], keep=T + 1
-                    )
-                    mb = {k: v.to(self.device) for k, v in mb.items()}
+                    mb = self.rows_on_device(data, rows, T)
                     with self.accelerator.autocast():
                         logits, _, _ = self.policy(
                             mb["ids"], mb["attention"], mb["positions"], keep=T + 1

@@ -131,17 +131,23 @@ def series(run: Run, key: str, eta: float | None) -> dict[int, float]:
     return out
 
 
+def _spread(values: list[float]) -> tuple[float, float]:
+    """Mean and sample std (0 for one value)."""
+    arr = np.asarray(values, dtype=float)
+    return float(arr.mean()), float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
+
+
 def seed_spread(group: Group, key: str, eta: float | None) -> list[dict[str, Any]]:
     """Per iteration: mean, std, min and max over the group's seeds that logged it."""
     per_run = [series(run, key, eta) for run in group.runs]
     iterations = sorted(set().union(*per_run))
     table = []
     for it in iterations:
-        values = np.array([s[it] for s in per_run if it in s])
+        values = [s[it] for s in per_run if it in s]
+        mean, std = _spread(values)
         table.append({
-            "iteration": it, "mean": float(values.mean()),
-            "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
-            "min": float(values.min()), "max": float(values.max()), "seeds": len(values),
+            "iteration": it, "mean": mean, "std": std,
+            "min": float(min(values)), "max": float(max(values)), "seeds": len(values),
         })  # fmt: skip
     return table
 
@@ -266,12 +272,6 @@ def plot_frontier(groups: list[Group], point: str, out: Path) -> tuple[Path, Pat
 
 
 # ----------------------------------------------------------------------------- summary
-def _spread(values: list[float]) -> tuple[float, float]:
-    """Mean and sample std (0 for one value)."""
-    arr = np.asarray(values, dtype=float)
-    return float(arr.mean()), float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
-
-
 def summary_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
     """Per group, over its evaluated seeds: the test reward of the trained model and of
     the base model evaluated beside it, their difference within each evaluation (the
