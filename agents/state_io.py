@@ -7,16 +7,26 @@ file into a :class:`CheckpointError` that names the file.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import struct
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
 
 _ALIASES = "cory.aliases"
+# safetensors' dtype names, in the order of its Dtype enum (which orders the data).
+_DTYPE_NAMES = {
+    torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16",
+    torch.float16: "F16", torch.bfloat16: "BF16", torch.int32: "I32", torch.float32: "F32",
+    torch.float64: "F64", torch.int64: "I64",
+}  # fmt: skip
+_DTYPE_RANK = {dtype: rank for rank, dtype in enumerate(_DTYPE_NAMES)}
+_deferred: list[Callable[[], None]] | None = None
 
 
 class CheckpointError(RuntimeError):
@@ -31,10 +41,73 @@ def invalid(path: Path, why: str) -> CheckpointError:
 
 
 def _replace_atomically(path: Path, write: Any) -> None:
-    """Write to a sibling then rename, so a reader never sees half a file."""
-    tmp = path.with_name(path.name + ".partial")
-    write(tmp)
-    os.replace(tmp, path)
+    """Write to a sibling then rename, so a reader never sees half a file.
+
+    Inside :func:`deferred_writes` the write is queued instead, to run later in order.
+    """
+
+    def run() -> None:
+        tmp = path.with_name(path.name + ".partial")
+        write(tmp)
+        os.replace(tmp, path)
+
+    if _deferred is None:
+        run()
+    else:
+        _deferred.append(run)
+
+
+@contextlib.contextmanager
+def deferred_writes() -> Iterator[list[Callable[[], None]]]:
+    """Queue the file writes of :func:`save_tensors` and :func:`save_json` instead of doing them.
+
+    What they save is taken at the call (JSON as text, tensors by reference), so a caller
+    can run the queue in a background thread while the next rollout plays, as long as the
+    saved tensors are not modified until it has finished (the loop waits before learning).
+    """
+    global _deferred
+    if _deferred is not None:
+        raise RuntimeError("deferred_writes() does not nest")
+    queue: list[Callable[[], None]] = []
+    _deferred = queue
+    try:
+        yield queue
+    finally:
+        _deferred = None
+
+
+def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict) -> None:
+    """A safetensors file written straight from the tensors' memory.
+
+    ``safetensors.torch.save_file`` first copies every tensor into a ``bytes`` object
+    while holding the GIL; this writes each contiguous CPU tensor's buffer directly, so
+    a checkpoint costs no extra memory and a background writer does not stall the loop.
+    Layout as the library writes it: 8-byte header length, JSON header padded to 8 bytes,
+    then the data by dtype, widest first so that every tensor stays aligned, then by name.
+    """
+    for name, tensor in tensors.items():
+        if tensor.dtype not in _DTYPE_NAMES:
+            raise TypeError(f"cannot save {name!r}: dtype {tensor.dtype} has no safetensors name")
+    order = sorted(tensors, key=lambda name: (-_DTYPE_RANK[tensors[name].dtype], name))
+    header: dict[str, Any] = {"__metadata__": metadata}
+    offset = 0
+    for name in order:
+        tensor = tensors[name]
+        size = tensor.numel() * tensor.element_size()
+        header[name] = {
+            "dtype": _DTYPE_NAMES[tensor.dtype],
+            "shape": list(tensor.shape),
+            "data_offsets": [offset, offset + size],
+        }
+        offset += size
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for name in order:
+            if tensors[name].numel():
+                f.write(tensors[name].reshape(-1).view(torch.uint8).numpy().data)
 
 
 def save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
@@ -56,7 +129,7 @@ def save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
         seen[key] = name
         unique[name] = tensor.contiguous().cpu()
     metadata = {_ALIASES: json.dumps(aliases)}
-    _replace_atomically(Path(path), lambda tmp: save_file(unique, str(tmp), metadata=metadata))
+    _replace_atomically(Path(path), lambda tmp: write_safetensors(unique, tmp, metadata))
 
 
 def load_tensors(path: Path) -> dict[str, torch.Tensor]:

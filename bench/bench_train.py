@@ -2,7 +2,7 @@
 
 Runs the real training loop (``train.loop.train`` on the game and learners of
 ``train.run.build_game_and_learners``: the game drives ``PPOAgent.act``, then
-``end_rollout``, ``learn``, the metric and sample logs and ``save_checkpoint``) at the
+``end_rollout``, ``learn``, the metric and sample logs and the checkpoint) at the
 official IMDB settings by default: batch 32, 15 new tokens (fixed), 4 PPO epochs of one
 mini-batch of 32, the exact full-vocabulary KL, the adaptive KL controller from the
 algorithm's initial coefficient (CORY 0.4, PPO 0.3), no score scaling or normalisation,
@@ -16,7 +16,10 @@ changed: the phases are timed by wrapping, on the instances, the methods trainin
   forward (``PolicyWithValue.forward`` while learning), ``accelerator.backward`` and
   ``optimizer.step``; "learn other" is the rest (log-softmax, losses, GAE, statistics);
 - logging: ``RunDirectory.log_metrics`` + ``log_samples`` (JSONL and TensorBoard);
-- checkpoint: ``save_checkpoint`` (every iteration here, so that it is measured);
+- checkpoint: ``CheckpointWriter.save`` (every iteration here, so that it is measured)
+  and the time the loop spends in ``CheckpointWriter.wait`` before learning: the files
+  are written by a background thread during the next rollout, so this is what the write
+  costs the loop beyond that overlap (the rollout pays for sharing the cores with it);
 - loop other: the iteration's wall time minus all of the above.
 
 Per phase it prints seconds per iteration (the mean of the iterations after the first,
@@ -439,11 +442,16 @@ def _instrument_learner(
 
 
 @contextlib.contextmanager
-def instrument_loop(rec: Recorder) -> Iterator[None]:
-    """Time the loop's own calls: play_batch, logging, checkpointing (restored after)."""
+def instrument_loop(rec: Recorder, iterations: int) -> Iterator[None]:
+    """Time the loop's own calls: play_batch, logging, checkpointing (restored after).
+
+    The wait for the last checkpoint, after the last iteration, has no rollout to hide
+    behind; it is reported once per run ("final checkpoint write"), not in the table.
+    """
     saved = {
         (loop, "play_batch"): loop.play_batch,
-        (loop, "save_checkpoint"): loop.save_checkpoint,
+        (loop.CheckpointWriter, "save"): loop.CheckpointWriter.save,
+        (loop.CheckpointWriter, "wait"): loop.CheckpointWriter.wait,
         (loop, "plot_run"): loop.plot_run,
         (loop.RunDirectory, "log_metrics"): loop.RunDirectory.log_metrics,
         (loop.RunDirectory, "log_samples"): loop.RunDirectory.log_samples,
@@ -461,8 +469,27 @@ def instrument_loop(rec: Recorder) -> Iterator[None]:
         with rec.phase("plots"):
             return saved[(loop, "plot_run")](*args, **kwargs)
 
+    saves = [0]
+
+    def save(*args, **kwargs):
+        saves[0] += 1
+        with rec.phase("checkpoint"):
+            return saved[(loop.CheckpointWriter, "save")](*args, **kwargs)
+
+    def wait(*args, **kwargs):
+        orig = saved[(loop.CheckpointWriter, "wait")]
+        if rec.inside("checkpoint"):  # save() first waits for the previous write
+            return orig(*args, **kwargs)
+        if saves[0] == iterations:
+            rec.end_iteration()
+            with rec.phase("final checkpoint write"):
+                return orig(*args, **kwargs)
+        with rec.phase("checkpoint"):
+            return orig(*args, **kwargs)
+
     loop.play_batch = timed("rollout", loop.play_batch)
-    loop.save_checkpoint = timed("checkpoint", loop.save_checkpoint)
+    loop.CheckpointWriter.save = save
+    loop.CheckpointWriter.wait = wait
     loop.plot_run = plots
     loop.RunDirectory.log_metrics = timed("logging", loop.RunDirectory.log_metrics)
     loop.RunDirectory.log_samples = timed("logging", loop.RunDirectory.log_samples)
@@ -667,7 +694,7 @@ def run_one(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
             shapes.append((8192, 8192, 8192))
         peaks = matmul_peak(device, dtype, shapes)
 
-        with instrument_loop(rec):
+        with instrument_loop(rec, config.iterations):
             loop.train(config, learners, game, run_dir)
         # Measured again after the run (a busy machine may slow one of the two); best kept.
         after = matmul_peak(device, dtype, shapes)
@@ -716,7 +743,8 @@ def run_one(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
         f"iteration/floor {it.seconds / floor:.2f}x",
         *calibration,
         f"once per run, not in the table: model load and setup {load_s:.1f}s, the run's "
-        f"plots {rec.extra['plots'].seconds:.1f}s",
+        f"plots {rec.extra['plots'].seconds:.1f}s, the final checkpoint write "
+        f"{rec.extra['final checkpoint write'].seconds:.1f}s",
         f"SUMMARY {algorithm}{' lora' if args.lora else ''}: {it.seconds:.3g} s/iteration "
         f"(rollout {rollout.seconds:.3g}, learn {rows_mean['learn'].seconds:.3g}, logging + "
         f"checkpoint {rows_mean['logging'].seconds + rows_mean['checkpoint'].seconds:.3g}), "

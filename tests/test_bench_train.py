@@ -37,7 +37,7 @@ def toy_argv(model_dir, run_dir, algorithm, *extra):
 def test_every_phase_is_reported_with_positive_numbers(
     bench, tiny_model_dir, tmp_path, capsys, algorithm, extra
 ):
-    originals = (loop.play_batch, loop.save_checkpoint, loop.RunDirectory.log_metrics)
+    originals = (loop.play_batch, loop.CheckpointWriter.save, loop.RunDirectory.log_metrics)
     result = bench.main(toy_argv(tiny_model_dir, tmp_path, algorithm, *extra))[algorithm]
     out = capsys.readouterr().out
     for _, label, _ in bench.ROWS:
@@ -57,7 +57,7 @@ def test_every_phase_is_reported_with_positive_numbers(
     for key in ("peak_gflops", "generate_tok_s", "act_tok_s", "rollout_tok_s", "floor_s"):
         assert result[key] > 0, key
     # The wrappers around the loop's functions are gone afterwards.
-    assert (loop.play_batch, loop.save_checkpoint, loop.RunDirectory.log_metrics) == originals
+    assert (loop.play_batch, loop.CheckpointWriter.save, loop.RunDirectory.log_metrics) == originals
 
 
 def test_instrumented_run_trains_like_the_plain_loop(bench, tiny_model_dir, tmp_path, capsys):

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import cory_env
 import train.checkpoint as ckpt
@@ -204,3 +205,119 @@ def test_tensorboard_holds_each_iteration_once_after_a_crash_and_resume(tiny_mod
     steps = [e.step for e in events.Scalars("llm_0/score")]
     assert steps == [0, 1, 2]
     assert [r["iteration"] for r in read_jsonl(run_path / "metrics.jsonl")] == [0, 1, 2]
+
+
+# ---------------------------------------------------------------- background writes
+def test_tensor_files_are_the_bytes_safetensors_writes(tmp_path):
+    from safetensors.torch import save
+
+    from agents import state_io
+
+    tensors = {
+        "weight": torch.randn(3, 5),
+        "half": torch.randn(4).bfloat16(),
+        "step": torch.tensor(7.0),
+        "empty": torch.zeros(0, 2),
+        "ids": torch.arange(5, dtype=torch.int64),
+        "rng": torch.arange(11, dtype=torch.uint8),
+        "flags": torch.tensor([True, False, True]),
+        "double": torch.randn(2, dtype=torch.float64),
+        "small": torch.arange(3, dtype=torch.int16),
+        "fp16": torch.randn(3).half(),
+        "i32": torch.arange(4, dtype=torch.int32),
+        "i8": torch.arange(-2, 2, dtype=torch.int8),
+    }
+    metadata = {"cory.aliases": "{}"}
+    state_io.write_safetensors(tensors, tmp_path / "ours.safetensors", metadata)
+    assert (tmp_path / "ours.safetensors").read_bytes() == save(tensors, metadata=metadata)
+    loaded = state_io.load_tensors(tmp_path / "ours.safetensors")
+    for name, tensor in tensors.items():
+        assert loaded[name].dtype == tensor.dtype and torch.equal(loaded[name], tensor), name
+
+
+def test_deferred_writes_keep_the_values_and_order_of_the_calls(tmp_path):
+    from agents import state_io
+
+    weights, config = torch.zeros(3), {"lr": 1.0}
+    with state_io.deferred_writes() as queue:
+        state_io.save_json(config, tmp_path / "a.json")
+        state_io.save_tensors({"w": weights}, tmp_path / "w.safetensors")
+        with pytest.raises(RuntimeError, match="does not nest"), state_io.deferred_writes():
+            pass
+    assert len(queue) == 2 and not list(tmp_path.iterdir())  # nothing written yet
+    config["lr"] = 2.0  # JSON is taken at the call
+    queue[0]()
+    queue[1]()
+    assert state_io.load_json(tmp_path / "a.json") == {"lr": 1.0}
+    assert torch.equal(state_io.load_tensors(tmp_path / "w.safetensors")["w"], weights)
+    state_io.save_json(config, tmp_path / "b.json")  # outside the context: written at once
+    assert (tmp_path / "b.json").exists()
+
+
+class CountingLearner(RandomLearner):
+    """Its weights count its updates, so a checkpoint shows which update it caught."""
+
+    def __init__(self, vocab_size: int) -> None:
+        super().__init__(vocab_size)
+        self.weights = torch.zeros(1000)
+
+    def learn(self) -> dict[str, float]:
+        self.weights += 1  # in place, as an optimiser step is
+        return {}
+
+    def save(self, path: Path) -> None:
+        from agents import state_io
+
+        super().save(path)
+        state_io.save_tensors({"weights": self.weights}, Path(path) / "weights.safetensors")
+
+
+def test_the_loop_waits_for_the_checkpoint_before_learning(
+    tiny_model_dir, tiny_tokenizer, tmp_path, monkeypatch
+):
+    """A slow disk: each checkpoint must still hold the weights of the iteration it saves."""
+    import time
+
+    from agents import state_io
+    from train.loop import train
+
+    real_write = state_io.write_safetensors
+    landed: list[float] = []
+
+    def slow_write(tensors, path, metadata):
+        time.sleep(0.3)  # the next rollout runs meanwhile
+        real_write(tensors, path, metadata)
+        if "weights" in tensors:
+            landed.append(float(state_io.load_tensors(path)["weights"][0]))
+
+    monkeypatch.setattr(state_io, "write_safetensors", slow_write)
+    game = small_game(tiny_tokenizer)
+    learners_ = {f"llm_{i}": CountingLearner(10) for i in range(2)}
+    config = tiny_config(tiny_model_dir, tmp_path / "run", iterations=3, checkpoint_every=1)
+    train(config, learners_, game, tmp_path / "run")
+    assert landed == [1.0, 1.0, 2.0, 2.0, 3.0, 3.0]  # both seats, after updates 1, 2, 3
+    saved = state_io.load_tensors(tmp_path / "run/checkpoint/llm_0/weights.safetensors")
+    assert float(saved["weights"][0]) == 3.0
+
+
+def test_a_failed_background_write_is_raised_and_the_last_checkpoint_survives(
+    tiny_tokenizer, tmp_path, monkeypatch
+):
+    from agents import state_io
+
+    game = small_game(tiny_tokenizer)
+    game.reset(seed=0)
+    writer = ckpt.CheckpointWriter()
+    writer.save(tmp_path, learners(), game, 0)
+    writer.wait()
+
+    def full_disk(tensors, path, metadata):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(state_io, "write_safetensors", full_disk)
+    writer.save(tmp_path, learners(), game, 1)  # returns: the error comes from the thread
+    with pytest.raises(OSError, match="No space left"):
+        writer.wait()
+    writer.wait()  # raised once, then the writer is usable again
+    monkeypatch.undo()
+    assert ckpt.load_checkpoint(tmp_path, learners(), small_game(tiny_tokenizer)) == 1

@@ -6,6 +6,10 @@ process the game's state and the Python and NumPy RNGs). ``state.json`` is writt
 so a folder that has it is complete.
 Nothing is a pickle: a crafted file cannot run code.
 
+The loop saves through a :class:`CheckpointWriter`: the states are taken at once, the
+files are written by a background thread while the next rollout plays, and the loop waits
+for it before the learners change their weights (:meth:`CheckpointWriter.wait`).
+
 Saving writes ``checkpoint.tmp``, moves the current checkpoint to ``checkpoint.old``,
 moves the new one into place and only then deletes ``.old``. Folders are discarded by a
 rename to ``checkpoint.trash`` before deletion, so a half-deleted folder never looks
@@ -17,6 +21,8 @@ from __future__ import annotations
 
 import random
 import shutil
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -67,34 +73,94 @@ def save_checkpoint(
     """Write the whole state of a run after ``iteration`` so that it resumes exactly.
 
     Every process calls it (its game and RNG states are gathered); the main one writes.
+    Returns when the checkpoint is on disk; the loop uses :class:`CheckpointWriter`.
     """
-    processes = processes or Processes()
-    states = processes.gather(_process_state(game))
-    if processes.is_main:
-        _write(Path(run_path), learners, iteration, states)
-    processes.wait()
+    writer = CheckpointWriter()
+    writer.save(run_path, learners, game, iteration, processes)
+    writer.wait()
 
 
-def _write(run_path: Path, learners: dict[str, Learner], iteration: int, states: list) -> None:
+class CheckpointWriter:
+    """Saves checkpoints whose files are written in a background thread.
+
+    :meth:`save` takes every state at the call (JSON as text, RNG states as copies, weights
+    and optimiser moments by reference) and returns; the thread writes the files, the
+    marker and the swap. Until :meth:`wait` returns, the learners' tensors must not change:
+    the loop calls it before ``learn()``, so the write overlaps the next rollout. A failed
+    write is raised by :meth:`wait`; the previous checkpoint is then still the loadable one.
+    """
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def save(
+        self,
+        run_path: Path,
+        learners: dict[str, Learner],
+        game: BatchedTextGame,
+        iteration: int,
+        processes: Processes | None = None,
+    ) -> None:
+        self.wait()
+        processes = processes or Processes()
+        states = processes.gather(_process_state(game))
+        if processes.is_main:
+            writes = _queue_writes(Path(run_path), learners, iteration, states)
+            self._thread = threading.Thread(
+                target=self._run, args=(writes,), name="checkpoint-writer", daemon=False
+            )
+            self._thread.start()
+        processes.wait()
+
+    def _run(self, writes: list[Callable[[], None]]) -> None:
+        try:
+            for write in writes:
+                write()
+        except BaseException as err:  # handed to the loop's thread by wait()
+            self._error = err
+
+    def wait(self) -> None:
+        """Block until the last checkpoint is on disk; raise its error if writing failed."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+
+def _queue_writes(
+    run_path: Path, learners: dict[str, Learner], iteration: int, states: list
+) -> list[Callable[[], None]]:
+    """Prepare ``checkpoint.tmp`` and return its writes, then the swap, in order.
+
+    Learners save through ``state_io``, whose writes are queued here; a learner that writes
+    its files some other way writes them now, before the queue runs.
+    """
     current, old, tmp = (run_path / n for n in ("checkpoint", "checkpoint.old", "checkpoint.tmp"))
     _discard(tmp)
     tmp.mkdir(parents=True)
-    for agent, learner in learners.items():
-        learner.save(tmp / agent)
-    rng = {f"torch.{p}": torch.tensor(s.pop("torch_rng"), dtype=torch.uint8)
-           for p, s in enumerate(states)}  # fmt: skip
-    state_io.save_tensors(rng, tmp / "rng.safetensors")
-    state_io.save_json(
-        {"format": FORMAT, "iteration": iteration, "agents": list(learners), "processes": states},
-        tmp / MARKER,
-    )
-    if _complete(current):
+    with state_io.deferred_writes() as writes:
+        for agent, learner in learners.items():
+            learner.save(tmp / agent)
+        rng = {f"torch.{p}": torch.tensor(s.pop("torch_rng"), dtype=torch.uint8)
+               for p, s in enumerate(states)}  # fmt: skip
+        state_io.save_tensors(rng, tmp / "rng.safetensors")
+        run_state = {"format": FORMAT, "iteration": iteration, "agents": list(learners)}
+        # the marker: queued last, so a folder that has it is complete
+        state_io.save_json({**run_state, "processes": states}, tmp / MARKER)
+
+    def swap() -> None:
+        if _complete(current):
+            _discard(old)
+            current.rename(old)
+        else:  # a crash left no complete current checkpoint: keep .old, the last good one
+            _discard(current)
+        tmp.rename(current)
         _discard(old)
-        current.rename(old)
-    else:  # a crash left no complete current checkpoint: keep .old, the last good one
-        _discard(current)
-    tmp.rename(current)
-    _discard(old)
+
+    return [*writes, swap]
 
 
 def find_checkpoint(run_path: Path) -> Path:

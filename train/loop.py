@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from agents.base import Learner
 from cory_env import BatchedTextGame
-from train.checkpoint import load_checkpoint, save_checkpoint
+from train.checkpoint import CheckpointWriter, load_checkpoint
 from train.config import TrainConfig
 from train.distributed import Processes
 from train.plots import plot_run
@@ -197,12 +197,14 @@ def train(
         dynamic_ncols=True,
         disable=not main,
     )
+    checkpoints = CheckpointWriter()  # writes while the next rollout plays
     try:
         for iteration in bar:
             t0 = time.perf_counter()
             game.reset(seed=processes.game_seed(config.seed) if iteration == 0 else None)
             play_batch(game, learners)
             t_play = time.perf_counter() - t0
+            checkpoints.wait()  # learning changes the weights the last checkpoint is writing
             stats = {agent: learner.learn() for agent, learner in learners.items()}
             elapsed = time.perf_counter() - t0
             row = {
@@ -219,12 +221,13 @@ def train(
                 if iteration % config.sample_every == 0 or iteration == config.iterations - 1:
                     run.log_samples(iteration, batch_samples(game, config.n_samples))
             if (iteration + 1) % config.checkpoint_every == 0 or iteration == config.iterations - 1:
-                save_checkpoint(run_path, learners, game, iteration, processes)
+                checkpoints.save(run_path, learners, game, iteration, processes)
             bar.set_postfix(
                 score=f"{row['score_mean']:+.3f}", kl=f"{row['kl_mean']:.3f}", s_it=f"{elapsed:.1f}"
             )
     finally:
         bar.close()
+        checkpoints.wait()  # on an error too: the last checkpoint lands before the run ends
         if run is not None:
             run.close()
     if run is not None:
