@@ -55,10 +55,13 @@ The arithmetic floor is the iteration's FLOPs divided by the measured matmul pea
     python bench/bench_train.py [--algorithm cory|ppo|both] [--lora] [--iterations 2]
         [--batch_size 32] [--new_tokens 15] [--epochs 4] [--threads N]
         [--device cpu|cuda|auto] [--model embedded] [--calibrate]
+        [--allocator auto|mimalloc|system]
     python bench/bench_train.py --device cuda --model gpt2-large --batch_size 128 \
         --gradient_accumulation_steps 8      # the paper's IMDB setting, on a GPU
 
 ``both`` runs each algorithm in its own process, so that each one's peak memory is its own.
+Run from the command line, the bench re-executes itself on the heap allocator training
+uses (``--allocator``, train/allocator.py), and names it in the table's title.
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ from torch import nn
 
 import train.loop as loop
 from agents.ppo import PPOAgent, Turn
+from train import allocator
 from train.config import TrainConfig, build_config
 from train.run import build_game_and_learners
 
@@ -720,7 +724,8 @@ def run_one(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
         f"{config.ppo.ppo_epochs} epochs x mini-batch {config.ppo.mini_batch_size} "
         f"(micro {config.ppo.mini_batch_size // config.ppo.gradient_accumulation_steps}, "
         f"forward_batch_size {config.ppo.forward_batch_size}), "
-        f"model {config.model}, {device.type}, {torch.get_num_threads()} threads"
+        f"model {config.model}, {device.type}, {torch.get_num_threads()} threads, "
+        f"{allocator.in_use()} allocator"
     )
     lines = [
         f"code: {code_version()}",
@@ -801,6 +806,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
     parser.add_argument("--mixed_precision", choices=("no", "bf16"), default="no")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    parser.add_argument(
+        "--allocator", choices=allocator.ALLOCATORS, default="auto", help="as training's"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--run_dir", default=None, help="keep the runs here (default: temp)")
     parser.add_argument(
@@ -822,8 +830,11 @@ def _child_argv(argv: list[str], algorithm: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
+    from_command_line = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    if from_command_line:  # the heap allocator training runs on (train/allocator.py)
+        allocator.relaunch(args.allocator)
     if args.algorithm == "both":  # one process each: each peak memory is its own
         summaries = []
         for algorithm in ("cory", "ppo"):

@@ -22,6 +22,7 @@ from agents.ppo import PPO_SETTINGS, PPOConfig
 from cory_env import checks
 from cory_env.tasks.base import budget_range
 from train.algorithms import ALGORITHMS, algorithm_defaults
+from train.allocator import ALLOCATORS
 
 
 @dataclass
@@ -63,6 +64,9 @@ class TrainConfig:
     """``auto`` (CUDA when available), ``cpu`` or ``cuda``."""
     mixed_precision: str = "no"
     """``no`` or ``bf16``."""
+    allocator: str = "auto"
+    """Heap allocator of a script run (train/allocator.py): ``auto`` (mimalloc where the
+    cmeel-mimalloc package is installed), ``mimalloc`` or ``system`` (glibc's)."""
     lora: bool = False
     lora_r: int = 16
     lora_alpha: int = 32
@@ -170,6 +174,7 @@ class TrainConfig:
             self.context_length = checks.integer(self.context_length, "context_length", minimum=2)
         checks.choice(self.device, "device", ("auto", "cpu", "cuda"))
         checks.choice(self.mixed_precision, "mixed_precision", ("no", "bf16"))
+        checks.choice(self.allocator, "allocator", ALLOCATORS)
         checks.boolean(self.lora, "lora")
         checks.boolean(self.load_in_4bit, "load_in_4bit")
         if self.load_in_4bit and (not self.lora or self.device == "cpu"):

@@ -15,6 +15,7 @@ from agents.registry import Seat, build_learner
 from agents.state_io import CheckpointError
 from cory_env import BatchedTextGame, load_causal_lm, load_tokenizer, pad_token_id
 from cory_env.checks import SettingError
+from train import allocator
 from train.config import TrainConfig, parse_args
 from train.distributed import Processes
 from train.loop import RunDirectory, make_game, train
@@ -131,8 +132,13 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
 
 
 def main(algorithm: str, argv: list[str] | None = None) -> RunDirectory | None:
-    """The training scripts' entry: a bad setting, folder or checkpoint exits with one line."""
+    """The training scripts' entry: a bad setting, folder or checkpoint exits with one line.
+
+    Run from the command line (``argv`` None), it first re-executes itself on the
+    configured heap allocator (train/allocator.py)."""
     config, resume = parse_args(argv, algorithm=algorithm)
+    if argv is None:
+        allocator.relaunch(config.allocator)
     try:
         return run_training(config, resume)
     except (

@@ -191,6 +191,7 @@ def sweep(
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     from cory_env.checks import SettingError
+    from train import allocator
     from train.algorithms import ALGORITHMS
     from train.config import PPO_SETTINGS, PRESETS, TrainConfig
 
@@ -226,6 +227,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if args.evaluate:
         evaluate = {"batches": args.eval_batches, "batch_size": args.eval_batch_size,
                     "k": args.eval_k}  # fmt: skip
+    if argv is None:  # from the command line: every run in this process, on the allocator
+        allocator.relaunch(allocator.setting_in(train_flags))
     print(f"sweep: {len(points)} runs into {out}")
     try:
         runs = sweep(points, out, train_flags, args.preset, evaluate)
