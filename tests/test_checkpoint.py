@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -321,3 +323,21 @@ def test_a_failed_background_write_is_raised_and_the_last_checkpoint_survives(
     writer.wait()  # raised once, then the writer is usable again
     monkeypatch.undo()
     assert ckpt.load_checkpoint(tmp_path, learners(), small_game(tiny_tokenizer)) == 1
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread priorities: Linux only")
+def test_the_writer_thread_yields_the_cpu_to_the_loop_and_only_itself():
+    import threading
+
+    seen = []
+
+    def probe() -> None:
+        seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
+
+    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    writer = ckpt.CheckpointWriter()
+    writer._thread = threading.Thread(target=writer._run, args=([probe],))
+    writer._thread.start()
+    writer.wait()
+    assert seen == [19]  # the writes ran at the lowest priority
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before

@@ -19,8 +19,10 @@ and ``checkpoint.tmp`` (a crash at any step leaves one of them) and moves it int
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -114,6 +116,7 @@ class CheckpointWriter:
         processes.wait()
 
     def _run(self, writes: list[Callable[[], None]]) -> None:
+        _yield_to_the_loop()
         try:
             for write in writes:
                 write()
@@ -128,6 +131,18 @@ class CheckpointWriter:
         error, self._error = self._error, None
         if error is not None:
             raise error
+
+
+def _yield_to_the_loop() -> None:
+    """Give this thread the lowest CPU priority (Linux: nice is per thread), so that the
+    rollout it overlaps keeps its cores and the writer takes the time the rollout leaves
+    idle; what is left is written at full speed while the loop waits before learning."""
+    if sys.platform != "linux":  # elsewhere the id of a thread is not a process id
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except OSError:  # not permitted: write at normal priority
+        pass
 
 
 def _queue_writes(
