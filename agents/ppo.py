@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from agents import ppo_math as pm
 from agents import state_io
@@ -286,7 +285,7 @@ class PPOAgent:
         if self.config.kl_estimator == "full":
             turn.full_logprobs.append(logprobs.cpu())  # the entropy follows from these
         else:
-            turn.entropies.append(entropy_from_logits(logits).cpu())
+            turn.entropies.append(pm.entropy_from_logits(logits).cpu())
         return action.cpu().numpy()
 
     def _close_turn(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> Rollout:
@@ -323,7 +322,7 @@ class PPOAgent:
         lengths = mask.sum(dim=1)
         last = (lengths.long() - 1).clamp(min=0)[:, None]
         if rollout.full_logprobs is not None:
-            entropy = entropy_from_logits(rollout.full_logprobs)
+            entropy = pm.entropy_from_logits(rollout.full_logprobs)
         else:
             entropy = torch.stack(self._turn.entropies, dim=1)
         return {
@@ -413,7 +412,7 @@ class PPOAgent:
             if self.sampling.needs_history:
                 seen = seen_before_each(mb["prompt_ids"], mb["prompt_mask"], mb["tokens"])
             logits = self.sampling.logits(logits, seen)
-        return selective_log_softmax(logits, mb["tokens"])
+        return pm.selective_log_softmax(logits, mb["tokens"])
 
     def rows_on_device(
         self, data: dict[str, torch.Tensor], rows: torch.Tensor, steps: int
@@ -492,7 +491,7 @@ class PPOAgent:
                         self.accelerator.backward(loss * share * len(rows) / len(batch))
 
                         with torch.no_grad():
-                            entropy = entropy_from_logits(logits.detach())
+                            entropy = pm.entropy_from_logits(logits.detach())
                         chunk_stats = {"loss_policy": pg_loss, "loss_value": vf_loss,
                                        "loss_total": loss, "skipped_fraction": float(skip),
                                        "entropy": pm.masked_mean(entropy, mb["mask"]),

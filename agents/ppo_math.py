@@ -60,6 +60,29 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) 
 
 
 # --------------------------------------------------------------------------------------
+# Log-probs and entropy from logits (TRL's memory-lean versions)
+# --------------------------------------------------------------------------------------
+
+
+def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits) at ``index``, without a second (..., V) tensor (TRL's).
+
+    TRL is imported on first use: its import takes about 3.5 s, which a training script
+    would otherwise pay twice, before and after it relaunches on its allocator.
+    """
+    from trl.trainer.utils import selective_log_softmax as trl_selective_log_softmax
+
+    return trl_selective_log_softmax(logits, index)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """The entropy of softmax(logits) over the last dimension, in chunks (TRL's)."""
+    from trl.trainer.utils import entropy_from_logits as trl_entropy_from_logits
+
+    return trl_entropy_from_logits(logits)
+
+
+# --------------------------------------------------------------------------------------
 # KL divergence to the reference model
 # --------------------------------------------------------------------------------------
 

@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from trl.trainer.utils import entropy_from_logits, selective_log_softmax
 
 from agents import pg_math as pg
 from agents import ppo_math as pm
@@ -135,13 +134,13 @@ class CriticFreeAgent(PPOAgent):
                             mb["ids"], mb["attention"], mb["positions"], keep=T + 1
                         )
                     logits = response_logits(logits, T)
-                    own = selective_log_softmax(logits, mb["tokens"])
+                    own = pm.selective_log_softmax(logits, mb["tokens"])
                     sampled = own if self.sampling.is_model else self.sampled_logprobs(logits, mb)
                     loss, step_stats = loss_fn(mb, sampled, own)
                     units = float(mb["mask"].sum()) if per_token else len(rows)
                     self.accelerator.backward(loss * (units / total))
                     with torch.no_grad():
-                        entropy = entropy_from_logits(logits.detach())
+                        entropy = pm.entropy_from_logits(logits.detach())
                     step_stats = {"loss": loss, **step_stats,
                                   "entropy": pm.masked_mean(entropy, mb["mask"])}  # fmt: skip
                     for k, v in step_stats.items():
