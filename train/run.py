@@ -149,11 +149,3 @@ def main(algorithm: str, argv: list[str] | None = None) -> RunDirectory | None:
         SettingError,
     ) as err:
         raise SystemExit(f"error: {err}") from None
-
-
-def train_command(argv: list[str] | None = None) -> RunDirectory | None:
-    """``cory-train [--algorithm NAME] ...``: the training scripts as one console command.
-
-    The algorithm defaults to ``cory``; a resumed run keeps its own.
-    """
-    return main("cory", argv)

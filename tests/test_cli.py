@@ -1,0 +1,39 @@
+"""The console commands exit 0 on success: a console script passes its function's return
+value to sys.exit, and anything but None or an int would print it and exit 1."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+PYPROJECT = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+SECTION = PYPROJECT.split("[project.scripts]")[1].split("\n[")[0]
+SCRIPTS = dict(re.findall(r'^([\w-]+) = "([\w.:]+)"$', SECTION, flags=re.M))
+MAINS = {
+    "cory-train": "train.run",
+    "cory-eval": "train.evaluate",
+    "cory-export": "train.export",
+    "cory-sweep": "train.sweep",
+    "cory-compare": "train.compare",
+}
+
+
+def test_every_console_command_is_covered():
+    assert set(SCRIPTS) == set(MAINS)
+
+
+@pytest.mark.parametrize("command", sorted(MAINS))
+def test_a_command_runs_its_scripts_main_and_returns_none(command, monkeypatch):
+    calls = []
+
+    def main(*args):
+        calls.append(args)
+        return ["what the script made"]
+
+    monkeypatch.setattr(importlib.import_module(MAINS[command]), "main", main)
+    module, function = SCRIPTS[command].split(":")
+    assert getattr(importlib.import_module(module), function)() is None
+    assert calls == [("cory",)] if command == "cory-train" else calls == [()]
