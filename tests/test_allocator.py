@@ -42,6 +42,13 @@ def test_a_process_already_on_mimalloc_or_relaunched_once_is_not_relaunched_agai
     assert allocator.relaunch_environment("auto", {allocator.RELAUNCHED: "1"}, LIB) is None
 
 
+def test_auto_leaves_an_allocator_the_user_preloaded_and_mimalloc_overrides_it():
+    mine = {"LD_PRELOAD": "/usr/lib/libjemalloc.so.2"}
+    assert allocator.relaunch_environment("auto", mine, LIB) is None
+    forced = allocator.relaunch_environment("mimalloc", mine, LIB)
+    assert forced["LD_PRELOAD"].startswith(str(LIB))
+
+
 def test_the_setting_is_found_among_a_sweeps_training_flags():
     assert allocator.setting_in(["--lora", "true", "--allocator", "system"]) == "system"
     assert allocator.setting_in(["--allocator=mimalloc"]) == "mimalloc"

@@ -8,8 +8,8 @@ freed memory back to the kernel instead (a low ``M_MMAP_THRESHOLD``) reaches tha
 2.6 GB, but every fresh page then faults again: 57 M page faults and 1.7x the time.
 mimalloc reuses freed memory without fragmenting it: 2.9 GB for the same time. With
 purging off (``MIMALLOC_PURGE_DELAY=-1``, set here unless the environment says
-otherwise) no page is handed back and faulted in again, which also made the
-full-fine-tuning iteration faster (iteration / arithmetic floor 1.63x -> 1.45x).
+otherwise) no page is handed back and faulted in again: no slower than glibc in the
+bench (iteration / arithmetic floor 1.45-1.71x against 1.53-1.74x, four runs each).
 
 An allocator must be loaded before the process starts (``LD_PRELOAD``). So the training
 scripts, when run from the command line, re-execute their own command line once with it
@@ -27,6 +27,9 @@ from pathlib import Path
 ALLOCATORS = ("auto", "mimalloc", "system")
 """``auto``: mimalloc when the ``cmeel-mimalloc`` package is installed (Linux), else the
 system's; ``mimalloc``: required, an error without it; ``system``: never relaunch."""
+
+OTHER_ALLOCATORS = ("jemalloc", "tcmalloc")
+"""Allocators a user may preload; ``auto`` leaves them in place."""
 
 RELAUNCHED = "CORY_ALLOCATOR_RELAUNCHED"
 """Set in the relaunched process, so that a library the loader refused cannot loop."""
@@ -64,6 +67,8 @@ def relaunch_environment(
     preloaded = environ.get("LD_PRELOAD", "")
     if "libmimalloc" in preloaded or environ.get(RELAUNCHED):
         return None
+    if setting == "auto" and any(other in preloaded for other in OTHER_ALLOCATORS):
+        return None  # the user preloaded an allocator of their own
     env = dict(environ)
     env["LD_PRELOAD"] = f"{library} {preloaded}".strip()
     env.setdefault("MIMALLOC_PURGE_DELAY", "-1")
