@@ -70,6 +70,38 @@ def _cache_of(out: Any) -> Any:
     return getattr(out, field, None)
 
 
+def recompute_activations(lm: nn.Module) -> int:
+    """Make ``lm``'s decoder layers keep only their inputs for the backward pass and
+    recompute the rest there (activation checkpointing); return how many were wrapped.
+
+    The update's chunk then holds one layer's activations instead of every layer's, for
+    one more forward of the body in the backward. Transformers' own switch acts only in
+    training mode, and a policy stays in eval mode (its dropout off, so the PPO ratio
+    compares one function); so each layer's ``forward`` is wrapped here, and it
+    checkpoints only when gradients are recorded: acting and the reference pass are
+    untouched.
+    """
+    from torch.utils.checkpoint import checkpoint
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    def recomputed(forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if not torch.is_grad_enabled():
+            return forward(*args, **kwargs)
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    layers = [m for m in lm.modules() if isinstance(m, GradientCheckpointingLayer)]
+    if not layers:
+        raise ValueError(
+            f"activation_checkpointing: {type(lm).__name__} has no decoder layers that "
+            "transformers marks as checkpointable (GradientCheckpointingLayer); train it "
+            "with activation_checkpointing false"
+        )
+    for layer in layers:
+        if not isinstance(layer.forward, functools.partial):  # a shared base: wrap once
+            layer.forward = functools.partial(recomputed, layer.forward)
+    return len(layers)
+
+
 def tied_embeddings(lm: nn.Module) -> bool:
     """Whether the input embedding and the LM head are one weight."""
     head = lm.get_output_embeddings()
@@ -199,9 +231,15 @@ class ModelPool:
     bases (heterogeneous pairs) each get their own base and reference.
     """
 
-    def __init__(self, load: Callable[[str], nn.Module], lora_config: Any = None) -> None:
+    def __init__(
+        self,
+        load: Callable[[str], nn.Module],
+        lora_config: Any = None,
+        activation_checkpointing: bool = False,
+    ) -> None:
         self._load = load
         self.lora_config = lora_config
+        self.activation_checkpointing = activation_checkpointing
         self._bases: dict[str, nn.Module] = {}
         self._references: dict[str, Reference] = {}
 
@@ -214,6 +252,8 @@ class ModelPool:
         base = self._bases[model]
         if self.lora_config is None:
             lm = copy.deepcopy(base).requires_grad_(True)
+            if self.activation_checkpointing:
+                recompute_activations(lm)
             reference = self._references.setdefault(model, Reference(base))
             return PolicyWithValue(lm), reference
         from peft import get_peft_model
@@ -225,6 +265,8 @@ class ModelPool:
             peft_lm = self._references[model].lm
             peft_lm.add_adapter(adapter, self.lora_config)
         peft_lm.eval()
+        if self.activation_checkpointing:
+            recompute_activations(peft_lm)
         for name, param in peft_lm.named_parameters():
             if "lora_" not in name:
                 param.requires_grad_(False)
@@ -234,9 +276,12 @@ class ModelPool:
 
 
 def build_policies(
-    base_lm: nn.Module, n_agents: int, lora_config: Any = None
+    base_lm: nn.Module,
+    n_agents: int,
+    lora_config: Any = None,
+    activation_checkpointing: bool = False,
 ) -> tuple[list[PolicyWithValue], Reference]:
     """``n_agents`` trainable policies and one shared frozen reference from one base model."""
-    pool = ModelPool(lambda _: base_lm, lora_config)
+    pool = ModelPool(lambda _: base_lm, lora_config, activation_checkpointing)
     pairs = [pool.policy("base", f"agent_{i}") for i in range(n_agents)]
     return [policy for policy, _ in pairs], pairs[0][1]

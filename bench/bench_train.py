@@ -244,6 +244,7 @@ class Recorder:
         self.rss_resets = _reset_rss_peak()
         self.last_forward: dict[str, float] | None = None
         self.counts: ModelCounts | None = None
+        self.rises: list[tuple[float, str]] = []  # each new highest RSS, and where
 
     @property
     def phases(self) -> dict[str, Stats]:
@@ -271,6 +272,11 @@ class Recorder:
         rss = rss_peak_mb()
         cuda = torch.cuda.max_memory_allocated(self.device) / 2**20 if self.cuda else 0.0
         phases = self.phases
+        if rss > max((r for r, _ in self.rises), default=0.0):
+            where = " / ".join(self.stack) or "setup"
+            if self.stack_in_iteration:
+                where = f"iteration {len(self.iterations)} {where}"
+            self.rises.append((rss, where))
         for name in [*self.stack, "iteration"]:
             stats = phases[name]
             stats.rss_mb = max(stats.rss_mb, rss)
@@ -666,6 +672,7 @@ def make_config(args: argparse.Namespace, algorithm: str, run_dir: Path) -> Trai
         "device": args.device,
         "mixed_precision": args.mixed_precision,
         "lora": args.lora,
+        "activation_checkpointing": args.activation_checkpointing,
         "run_dir": str(run_dir),
         "sample_every": 1,
         "checkpoint_every": 1,
@@ -719,13 +726,20 @@ def run_one(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
     peak_cuda = max(max(s.cuda_mb for s in it_["phases"].values()) for it_ in rec.iterations)
     floor = it.flops / (peak * 1e9)
     title = (
-        f"{algorithm}{' (LoRA)' if args.lora else ''}: {config.n_agents} agent(s), "
+        f"{algorithm}{' (LoRA)' if args.lora else ''}"
+        f"{' (activation checkpointing)' if args.activation_checkpointing else ''}: "
+        f"{config.n_agents} agent(s), "
         f"B={config.batch_size}, {config.max_new_tokens} new tokens, "
         f"{config.ppo.ppo_epochs} epochs x mini-batch {config.ppo.mini_batch_size} "
         f"(micro {config.ppo.mini_batch_size // config.ppo.gradient_accumulation_steps}, "
         f"forward_batch_size {config.ppo.forward_batch_size}), "
         f"model {config.model}, {device.type}, {torch.get_num_threads()} threads, "
         f"{allocator.in_use()} allocator"
+        + (
+            "; Adam steps inside the backward pass (one chunk per mini-batch)"
+            if getattr(learner, "steps_in_backward", lambda: False)()
+            else ""
+        )
     )
     lines = [
         f"code: {code_version()}",
@@ -747,6 +761,7 @@ def run_one(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
         f"arithmetic floor: {it.flops / 1e12:.2f} TFLOP / {peak:.1f} GFLOP/s = {floor:.1f}s; "
         f"iteration/floor {it.seconds / floor:.2f}x",
         *calibration,
+        peak_rss_path(rec.rises),
         f"once per run, not in the table: model load and setup {load_s:.1f}s, the run's "
         f"plots {rec.extra['plots'].seconds:.1f}s, the final checkpoint write "
         f"{rec.extra['final checkpoint write'].seconds:.1f}s",
@@ -769,6 +784,15 @@ def run_one(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
         "floor_s": floor,
         "peak_rss_mb": peak_rss,
     }
+
+
+def peak_rss_path(rises: list[tuple[float, str]], step_mb: float = 100.0) -> str:
+    """Where the resident memory climbed (steps of at least ``step_mb``) to its peak."""
+    kept: list[tuple[float, str]] = []
+    for rss, where in rises:
+        if not kept or rss >= kept[-1][0] + step_mb or rss >= 0.98 * rises[-1][0] > kept[-1][0]:
+            kept.append((rss, where))
+    return "peak RSS climbed: " + ", ".join(f"{rss:.0f} MB in {where}" for rss, where in kept)
 
 
 def code_version() -> str:
@@ -803,6 +827,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--forward_batch_size", type=int, default=None)
     parser.add_argument("--iterations", type=int, default=2, help="the first is a warm-up")
     parser.add_argument("--lora", action="store_true")
+    parser.add_argument(
+        "--activation_checkpointing", action="store_true", help="recompute layers in backward"
+    )
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
     parser.add_argument("--mixed_precision", choices=("no", "bf16"), default="no")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")

@@ -74,6 +74,7 @@ def test_readme_commands_build_valid_configs():
         ({"lam": float("nan")}, "lam must be a finite number"),
         ({"seed": -1}, "seed must be an integer >= 0"),
         ({"lora": "yes"}, "lora must be true or false"),
+        ({"activation_checkpointing": 1}, "activation_checkpointing must be true or false"),
         ({"device": "gpu"}, "device must be one of"),
         ({"max_new_tokens": [8, 4]}, "max_new_tokens"),
         ({"task_settings": "reward=vader"}, "task_settings must be a mapping"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -348,3 +350,103 @@ def test_a_tied_embedding_gets_the_dense_gradient_from_sparse_rows(tiny_tokenize
         LlamaForCausalLM(LlamaConfig(**{**config.to_dict(), "tie_word_embeddings": False}))
     )
     assert not untied.lm.get_input_embeddings().sparse
+
+
+def _layer_calls(lm) -> list[int]:
+    """A counter of how often the layers' MLPs start (a recomputed layer runs them again;
+    a pre-hook, as the replay stops once it has what the backward needs)."""
+    calls = [0]
+    for layer in lm.model.layers:
+        layer.mlp.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+def test_activation_checkpointing_recomputes_layers_for_the_same_update(tiny_tokenizer):
+    """Recomputed layers: each runs again in the backward, never while acting or in the
+    reference pass, and the update (parameters, statistics) is the one without it."""
+    import copy
+
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer), batch_size=8, n_agents=1, tokenizer=tiny_tokenizer
+    )
+    results = []
+    for recompute in (False, True):
+        cfg = PPOConfig(mini_batch_size=8, ppo_epochs=2, learning_rate=1e-2, forward_batch_size=4)
+        policies, reference = build_policies(
+            make_tiny_lm(len(tiny_tokenizer)), 1, activation_checkpointing=recompute
+        )
+        agent = PPOAgent(policies[0], reference, cfg, tiny_tokenizer.pad_token_id)
+        calls = _layer_calls(agent.model.lm)
+        game.reset(seed=0)
+        play_batch(game, {"llm_0": agent})
+        acting_calls = calls[0]
+        stats = agent.learn()
+        # 2 epochs x 2 chunks, 2 layers: one forward each, plus one replay with recompute.
+        assert calls[0] - acting_calls == 2 * 2 * 2 * (2 if recompute else 1)
+        results.append(
+            (acting_calls, stats, [p.detach().clone() for p in policies[0].parameters()])
+        )
+        assert not isinstance(reference.lm.model.layers[0].forward, functools.partial)
+    (acting_a, stats_a, params_a), (acting_b, stats_b, params_b) = results
+    assert acting_a == acting_b  # no grad while acting: nothing recomputed
+    for a, b in zip(params_a, params_b, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    for key in ("ppo/loss_policy", "ppo/loss_value", "ppo/entropy", "objective/kl"):
+        assert stats_a[key] == pytest.approx(stats_b[key], rel=1e-6, abs=1e-8), key
+    assert copy.deepcopy(agent.model) is not None  # a wrapped policy still copies (export)
+
+
+def test_activation_checkpointing_wraps_a_shared_lora_base_once(tiny_tokenizer, tiny_lm):
+    from peft import LoraConfig
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    policies, _ = build_policies(tiny_lm, 2, lora, activation_checkpointing=True)
+    calls = _layer_calls(tiny_lm)
+    ids = torch.tensor([[3, 4, 5, 6]])
+    mask, pos = torch.ones_like(ids), torch.arange(4)[None]
+    logits, values, _ = policies[1](ids, mask, pos, keep=2)
+    assert calls[0] == 2
+    (logits.sum() + values.sum()).backward()
+    assert calls[0] == 4  # replayed once per layer, not once per agent that wrapped it
+    assert any(p.grad is not None for p in policies[1].trainable_parameters())
+
+
+def test_activation_checkpointing_refuses_a_model_without_checkpointable_layers():
+    from agents.policy import recompute_activations
+
+    with pytest.raises(ValueError, match="activation_checkpointing"):
+        recompute_activations(torch.nn.Sequential(torch.nn.Linear(2, 2)))
+
+
+def test_a_one_chunk_mini_batch_steps_each_parameter_inside_the_backward(tiny_tokenizer):
+    """With nothing to accumulate, Adam steps each parameter as its gradient completes and
+    frees it: the same update as the plain step, without ever holding every gradient."""
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer), batch_size=8, n_agents=1, tokenizer=tiny_tokenizer
+    )
+    results = []
+    for clip in (None, 1e9):  # a clip that never clips forces the plain step
+        cfg = PPOConfig(mini_batch_size=4, ppo_epochs=2, learning_rate=1e-2, max_grad_norm=clip)
+        agent = make_agents(tiny_tokenizer, make_tiny_lm(len(tiny_tokenizer)), 1, cfg)["llm_0"]
+        assert agent.steps_in_backward() == (clip is None)
+        params = agent.model.trainable_parameters()
+        held: list[int] = []
+
+        def count_held(_, params=params, held=held):  # after the agent's hook, registered first
+            held.append(sum(q.grad is not None for q in params))
+
+        for p in params:
+            p.register_post_accumulate_grad_hook(count_held)
+        game.reset(seed=0)
+        play_batch(game, {"llm_0": agent})
+        stats = agent.learn()
+        assert len(held) == 2 * 2 * len(params)  # every parameter, every backward
+        assert max(held) <= (1 if clip is None else len(params))
+        state = agent.optimizer.state_dict()["state"]
+        assert len(state) == len(params) and all(int(s["step"]) == 4 for s in state.values())
+        results.append((stats, [p.detach().clone() for p in params]))
+    (stats_a, params_a), (stats_b, params_b) = results
+    for a, b in zip(params_a, params_b, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+    for key in ("ppo/loss_policy", "ppo/loss_value", "ppo/entropy"):
+        assert stats_a[key] == pytest.approx(stats_b[key], rel=1e-6, abs=1e-8), key

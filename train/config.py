@@ -67,6 +67,9 @@ class TrainConfig:
     allocator: str = "auto"
     """Heap allocator of a script run (train/allocator.py): ``auto`` (mimalloc where the
     cmeel-mimalloc package is installed), ``mimalloc`` or ``system`` (glibc's)."""
+    activation_checkpointing: bool = False
+    """Keep only each decoder layer's input for the backward pass and recompute the rest
+    there: less memory in the update for one more forward of the model body."""
     lora: bool = False
     lora_r: int = 16
     lora_alpha: int = 32
@@ -175,6 +178,7 @@ class TrainConfig:
         checks.choice(self.device, "device", ("auto", "cpu", "cuda"))
         checks.choice(self.mixed_precision, "mixed_precision", ("no", "bf16"))
         checks.choice(self.allocator, "allocator", ALLOCATORS)
+        checks.boolean(self.activation_checkpointing, "activation_checkpointing")
         checks.boolean(self.lora, "lora")
         checks.boolean(self.load_in_4bit, "load_in_4bit")
         if self.load_in_4bit and (not self.lora or self.device == "cpu"):

@@ -66,7 +66,11 @@ def build_game_and_learners(
     seat_models = config.seat_models()
     tokenizers = {agent: load_tokenizer(model) for agent, model in seat_models.items()}
     game = make_game(config, list(tokenizers.values()))
-    pool = ModelPool(partial(load_causal_lm, load_in_4bit=config.load_in_4bit), lora_config(config))
+    pool = ModelPool(
+        partial(load_causal_lm, load_in_4bit=config.load_in_4bit),
+        lora_config(config),
+        activation_checkpointing=config.activation_checkpointing,
+    )
     learners: dict[str, Learner] = {}
     for i, (agent, (name, settings)) in enumerate(config.seat_learners().items()):
         seat = Seat(
