@@ -734,7 +734,7 @@ def run_one(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
         f"(micro {config.ppo.mini_batch_size // config.ppo.gradient_accumulation_steps}, "
         f"forward_batch_size {config.ppo.forward_batch_size}), "
         f"model {config.model}, {device.type}, {torch.get_num_threads()} threads, "
-        f"{allocator.in_use()} allocator"
+        f"{allocator.describe()} allocator"
         + (
             "; Adam steps inside the backward pass (one chunk per mini-batch)"
             if getattr(learner, "steps_in_backward", lambda: False)()
@@ -861,7 +861,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
     if from_command_line:  # the heap allocator training runs on (train/allocator.py)
-        allocator.relaunch(args.allocator)
+        allocator.relaunch(args.allocator, lean=args.activation_checkpointing)
     if args.algorithm == "both":  # one process each: each peak memory is its own
         summaries = []
         for algorithm in ("cory", "ppo"):

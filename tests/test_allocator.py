@@ -33,6 +33,8 @@ def test_the_relaunch_preloads_mimalloc_without_purging_and_keeps_other_preloads
     assert env["LD_PRELOAD"] == f"{LIB} libother.so"
     assert env["MIMALLOC_PURGE_DELAY"] == "-1"
     assert env["X"] == "1" and env[allocator.RELAUNCHED] == "1"
+    lean = allocator.relaunch_environment("auto", {}, LIB, lean=True)
+    assert lean["MIMALLOC_PURGE_DELAY"] == "10000"  # a memory-saving run hands idle pages back
     mine = allocator.relaunch_environment("mimalloc", {"MIMALLOC_PURGE_DELAY": "10"}, LIB)
     assert mine["MIMALLOC_PURGE_DELAY"] == "10"  # the user's own setting wins
 

@@ -142,7 +142,7 @@ def main(algorithm: str, argv: list[str] | None = None) -> RunDirectory | None:
     configured heap allocator (train/allocator.py)."""
     config, resume = parse_args(argv, algorithm=algorithm)
     if argv is None:
-        allocator.relaunch(config.allocator)
+        allocator.relaunch(config.allocator, lean=config.activation_checkpointing)
     try:
         return run_training(config, resume)
     except (
