@@ -102,6 +102,47 @@ def recompute_activations(lm: nn.Module) -> int:
     return len(layers)
 
 
+def fuse_lora_sums(lm: nn.Module) -> int:
+    """Compute each plain LoRA linear layer as ``base(x) + s * A(x) @ B^T`` in one ``addmm``
+    on the base output; return how many layers take it.
+
+    peft writes the adapter's output, then its scaled copy, then the sum: two more
+    output-sized tensors per adapted layer, memory-bound work that made the update's
+    forward 1.31x slower than full fine-tuning's for 4% more arithmetic (bench). The sum
+    is the same up to rounding (bitwise when the scale is a power of two). Anything but
+    one vanilla adapter in fp32 (adapters disabled for the reference, merged weights,
+    dropout, DoRA and other variants, a bias on B, mixed precision) takes peft's own
+    forward.
+    """
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    def fused(layer: LoraLinear, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        active = layer.active_adapters
+        name = active[0] if len(active) == 1 else None
+        plain = (
+            name is not None
+            and not (args or kwargs or layer.disable_adapters or layer.merged)
+            and name in layer.lora_A
+            and name not in getattr(layer, "lora_variant", {})
+            and isinstance(layer.lora_dropout[name], nn.Identity)
+            and layer.lora_B[name].bias is None
+        )
+        if plain:
+            a, b = layer.lora_A[name].weight, layer.lora_B[name].weight
+            plain = x.dtype == a.dtype == b.dtype == layer.base_layer.weight.dtype
+        if not plain:
+            return LoraLinear.forward(layer, x, *args, **kwargs)
+        result = layer.base_layer(x)
+        hidden = nn.functional.linear(x, a).reshape(-1, a.shape[0])
+        flat = result.reshape(-1, result.shape[-1])
+        return torch.addmm(flat, hidden, b.t(), alpha=layer.scaling[name]).view(result.shape)
+
+    layers = [m for m in lm.modules() if type(m) is LoraLinear]
+    for layer in layers:
+        layer.forward = functools.partial(fused, layer)
+    return len(layers)
+
+
 def tied_embeddings(lm: nn.Module) -> bool:
     """Whether the input embedding and the LM head are one weight."""
     head = lm.get_output_embeddings()
@@ -260,6 +301,7 @@ class ModelPool:
 
         if model not in self._references:
             peft_lm = get_peft_model(base, self.lora_config, adapter_name=adapter)
+            fuse_lora_sums(peft_lm)
             self._references[model] = Reference(peft_lm, adapters_disabled=True)
         else:
             peft_lm = self._references[model].lm

@@ -450,3 +450,53 @@ def test_a_one_chunk_mini_batch_steps_each_parameter_inside_the_backward(tiny_to
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     for key in ("ppo/loss_policy", "ppo/loss_value", "ppo/entropy"):
         assert stats_a[key] == pytest.approx(stats_b[key], rel=1e-6, abs=1e-8), key
+
+
+def test_fused_lora_layers_compute_peft_s_sum_and_gradients(tiny_tokenizer, monkeypatch):
+    """One addmm per adapted layer gives peft's output and adapter gradients; the
+    reference (adapters disabled) still takes peft's own path, unchanged."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+    from peft.tuners.lora.layer import Linear as LoraLinear
+
+    from agents.policy import fuse_lora_sums
+
+    lora = LoraConfig(r=3, lora_alpha=7, target_modules="all-linear", lora_dropout=0.0)
+    base = make_tiny_lm(len(tiny_tokenizer))
+    models = []
+    for fuse in (False, True):
+        torch.manual_seed(1)
+        lm = get_peft_model(copy.deepcopy(base), lora, adapter_name="agent")
+        for name, p in lm.named_parameters():
+            if "lora_B" in name:
+                torch.nn.init.normal_(p, std=0.1)  # peft starts B at zero: make the sum matter
+        if fuse:
+            assert fuse_lora_sums(lm) == 2 * 7  # every linear of both layers
+        models.append(lm)
+    peft_calls = [0]
+    original = LoraLinear.forward
+
+    def counted(*args, **kwargs):
+        peft_calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(LoraLinear, "forward", counted)
+    ids = torch.tensor([[3, 4, 5, 6, 7], [8, 9, 3, 4, 2]])
+    outputs = []
+    for lm in models:
+        peft_calls[0] = 0
+        logits = lm(input_ids=ids).logits
+        logits.square().mean().backward()
+        grads = [p.grad for n, p in lm.named_parameters() if "lora_" in n]
+        with lm.disable_adapter(), torch.no_grad():
+            reference = lm(input_ids=ids).logits
+        outputs.append((logits.detach(), grads, reference, peft_calls[0]))
+    (logits_a, grads_a, ref_a, calls_a), (logits_b, grads_b, ref_b, calls_b) = outputs
+    assert calls_a == 2 * 14 and calls_b == 14  # fused: peft's path only for the reference
+    torch.testing.assert_close(logits_b, logits_a, rtol=1e-5, atol=1e-6)
+    assert not torch.equal(logits_a, ref_a)  # the adapters do change the output
+    assert torch.equal(ref_b, ref_a)
+    assert len(grads_a) == len(grads_b) == 28
+    for a, b in zip(grads_a, grads_b, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-6)
