@@ -224,7 +224,7 @@ class PPOAgent:
             policy.trainable_parameters(), lr=config.learning_rate, fused=True
         )
         self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
-        self._stepping_in_backward = False
+        self._groups_in_backward: dict[int, dict] | None = None  # set while learn() steps there
         for param in policy.trainable_parameters():
             param.register_post_accumulate_grad_hook(self._step_in_backward)
         self.kl_ctl = (
@@ -449,18 +449,19 @@ class PPOAgent:
             and self.accelerator.num_processes == 1
         )
 
+    @property
+    def _torch_optimizer(self) -> torch.optim.Optimizer:
+        """The optimiser inside accelerate's wrapper."""
+        return getattr(self.optimizer, "optimizer", self.optimizer)
+
     def _step_in_backward(self, param: torch.Tensor) -> None:
         """Adam's step for ``param`` alone, then its gradient freed (see
         :meth:`steps_in_backward`). The optimiser is shown a group of just this parameter,
         so its state and ``state_dict`` stay those of the plain step."""
-        if not self._stepping_in_backward:
+        group = (self._groups_in_backward or {}).get(id(param))
+        if group is None:  # not inside such an update (or not a parameter it steps)
             return
-        optimizer = getattr(self.optimizer, "optimizer", self.optimizer)  # accelerate's wrapper
-        group = next(
-            (g for g in optimizer.param_groups if any(p is param for p in g["params"])), None
-        )
-        if group is None:  # a copy of this agent's parameter: not ours to step
-            return
+        optimizer = self._torch_optimizer
         groups = optimizer.param_groups
         optimizer.param_groups = [{**group, "params": [param]}]
         try:
@@ -502,11 +503,13 @@ class PPOAgent:
         # share, so little padding is computed.
         micro = cfg.mini_batch_size // cfg.gradient_accumulation_steps
         stats: dict[str, list[float]] = defaultdict(list)
-        self._stepping_in_backward = self.steps_in_backward()
+        if self.steps_in_backward():
+            groups = self._torch_optimizer.param_groups
+            self._groups_in_backward = {id(p): g for g in groups for p in g["params"]}
         try:
             self._epochs(data, ro, mask, micro, B, T, stats)
         finally:
-            self._stepping_in_backward = False
+            self._groups_in_backward = None
         self.optimizer.zero_grad(set_to_none=True)  # free the gradients until the next update
 
         return {
@@ -576,7 +579,7 @@ class PPOAgent:
                         self.model.trainable_parameters(), cfg.max_grad_norm
                     )
                     stats["ppo/grad_norm"].append(float(norm))
-                if not self._stepping_in_backward:
+                if self._groups_in_backward is None:
                     self.optimizer.step()
 
     # ------------------------------------------------------------------ persistence
