@@ -57,6 +57,15 @@ PROTOCOL_METHODS = ("act", "end_rollout", "learn", "save", "load", "turn_stats")
 
 
 @runtime_checkable
+class CommonNoise(Protocol):
+    """A learner that can sample with given uniforms (evaluation's common random numbers)."""
+
+    def use_sampling_noise(self, noise: np.ndarray | None) -> None:
+        """Draw row b's t-th token with the uniform ``noise[b, t]`` (inverse CDF of the
+        distribution it samples from); None returns to the learner's own stream."""
+
+
+@runtime_checkable
 class Exportable(Protocol):
     """A learner whose policy can leave as a standard Hugging Face model (LLM learners)."""
 

@@ -124,6 +124,9 @@ class ElasticReset:
     def turn_stats(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.agent.turn_stats(obs)
 
+    def use_sampling_noise(self, noise: np.ndarray | None) -> None:
+        self.agent.use_sampling_noise(noise)
+
     def learn(self) -> dict[str, float]:
         """PPO's update, then the EMA update, then the reset every ``reset_freq`` calls."""
         stats = self.agent.learn()

@@ -240,12 +240,50 @@ class PPOAgent:
         )
         self.rollout: Rollout | None = None
         self._turn: Turn | None = None
+        self.sampling_noise: np.ndarray | None = None
+        """Common random numbers (:meth:`use_sampling_noise`); None = the own generator."""
 
     @property
     def model(self) -> PolicyWithValue:
         return self.accelerator.unwrap_model(self.policy)
 
     # ------------------------------------------------------------------ acting
+    def use_sampling_noise(self, noise: np.ndarray | None) -> None:
+        """Draw the t-th token of row b by inverting the sampling distribution's CDF at
+        ``noise[b, t]`` (uniforms in [0, 1), shape (B, steps)), until called with None.
+
+        Evaluation gives the base model and every trained agent the same uniforms for the
+        same (query, sample, role), so two policies answer with common random numbers: an
+        identical policy gives identical answers, and a paired difference measures the
+        policies, not the draws. The own generator is neither used nor advanced meanwhile.
+        """
+        if noise is not None:
+            noise = np.asarray(noise, dtype=np.float64)
+            if noise.ndim != 2 or ((noise < 0) | (noise >= 1)).any():
+                raise ValueError(
+                    f"sampling noise must be a (games, steps) array of uniforms in [0, 1), got "
+                    f"shape {noise.shape}"
+                )
+        self.sampling_noise = noise
+
+    def draw(self, probs: torch.Tensor, step: int) -> torch.Tensor:
+        """One token per row from (B, V) ``probs``: the own generator, or the inverse CDF
+        at the row's common uniform (:meth:`use_sampling_noise`). Both draw exactly from
+        ``probs``; a token of probability 0 is never drawn."""
+        noise = self.sampling_noise
+        if noise is None:
+            return torch.multinomial(probs, 1, generator=self.generator)
+        if noise.shape[0] != len(probs) or noise.shape[1] <= step:
+            raise ValueError(
+                f"sampling noise of shape {noise.shape} has no uniform for token {step} of "
+                f"{len(probs)} games"
+            )
+        cdf = probs.double().cumsum(dim=-1)
+        u = torch.as_tensor(noise[:, step], dtype=torch.float64, device=cdf.device)
+        # The first token whose CDF exceeds u * total: never one of probability 0.
+        token = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)
+        return token.clamp(max=probs.shape[-1] - 1)
+
     @torch.no_grad()
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """Sample one token per row, reusing the KV cache within a turn."""
@@ -272,7 +310,7 @@ class PPOAgent:
         if self.sampling.needs_history and turn.seen is None:
             turn.seen = (turn.prompt_ids.to(self.device), turn.prompt_mask.bool().to(self.device))
         sampled = self.sampling.logits(logits, turn.seen)
-        action = torch.multinomial(torch.softmax(sampled, dim=-1), 1, generator=self.generator)
+        action = self.draw(torch.softmax(sampled, dim=-1), len(turn.tokens))
         if turn.seen is not None:
             ids, real = turn.seen
             turn.seen = (
@@ -285,8 +323,10 @@ class PPOAgent:
         turn.logprobs.append(logprobs.gather(-1, action[:, None]).squeeze(-1).cpu())
         turn.sample_logprobs.append(sample_logprobs.gather(-1, action[:, None]).squeeze(-1).cpu())
         turn.values.append(values[:, -1].float().cpu())
-        if self.config.kl_estimator == "full":
-            turn.full_logprobs.append(logprobs.cpu())  # the entropy follows from these
+        if self.config.kl_estimator == "full" or self.sampling_noise is not None:
+            # The entropy follows from these; an evaluation (common noise) keeps them
+            # whatever the estimator, so that it reports the exact KL.
+            turn.full_logprobs.append(logprobs.cpu())
         else:
             turn.entropies.append(pm.entropy_from_logits(logits).cpu())
         return action.cpu().numpy()
@@ -328,8 +368,9 @@ class PPOAgent:
             entropy = pm.entropy_from_logits(rollout.full_logprobs)
         else:
             entropy = torch.stack(self._turn.entropies, dim=1)
+        exact = "full" if rollout.full_logprobs is not None else None
         return {
-            "kl": self.reference_kl(rollout).sum(dim=1).numpy(),
+            "kl": self.reference_pass(rollout, exact)[0].sum(dim=1).numpy(),
             "logprob": rollout.logprobs.sum(dim=1).numpy(),
             "entropy": ((entropy * mask).sum(dim=1) / lengths.clamp(min=1)).numpy(),
             "value": rollout.values.gather(1, last).squeeze(1).numpy(),
@@ -338,10 +379,13 @@ class PPOAgent:
 
     # ------------------------------------------------------------------ learning
     @torch.no_grad()
-    def reference_pass(self, rollout: Rollout) -> tuple[torch.Tensor, torch.Tensor]:
+    def reference_pass(
+        self, rollout: Rollout, estimator: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """One batched forward of the reference over the rollout: the KL(pi || pi_ref) per
-        response token, and the reference log-prob of each sampled token (GRPO's k3 term).
-        Both (B, T), zero on padding."""
+        response token (by ``estimator``, default the configured one), and the reference
+        log-prob of each sampled token (GRPO's k3 term). Both (B, T), zero on padding."""
+        estimator = estimator or self.config.kl_estimator
         ids, mask, pos = rollout.sequences()
         B, T = rollout.tokens.shape
         kl, token_logprobs = torch.zeros(B, T), torch.zeros(B, T)
@@ -358,10 +402,10 @@ class PPOAgent:
             for row, row_logits in zip(rows.tolist(), response_logits(logits, T), strict=True):
                 ref_lp = torch.log_softmax(row_logits, dim=-1).cpu()
                 token_logprobs[row] = ref_lp.gather(-1, rollout.tokens[row, :, None]).squeeze(-1)
-                if self.config.kl_estimator == "full":
+                if estimator == "full":
                     kl[row] = pm.kl_per_token(rollout.full_logprobs[row], ref_lp)
-        if self.config.kl_estimator != "full":
-            kl = pm.kl_sampled(rollout.logprobs, token_logprobs, self.config.kl_estimator)
+        if estimator != "full":
+            kl = pm.kl_sampled(rollout.logprobs, token_logprobs, estimator)
         return kl * rollout.mask, token_logprobs * rollout.mask
 
     def reference_kl(self, rollout: Rollout) -> torch.Tensor:

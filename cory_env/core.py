@@ -371,6 +371,11 @@ class BatchedTextGame:
         ``group_size`` times in consecutive rows; then one token budget for the whole batch,
         ``integers(low, high + 1)``. With ``group_size=1`` that is one query per row.
         ``options={"episode": n}`` plays episode ``n`` (which sets the roles).
+
+        ``options={"queries": [i, ...], "budgets": [n, ...]}`` plays exactly these games
+        instead of drawing them: row b answers query ``i_b`` with a budget of ``n_b``
+        tokens (an evaluation set fixes both per answer; ``train/eval_set.py``). It takes
+        ``batch_size`` of each and draws nothing, so the game's random stream is untouched.
         """
         # Other options are ignored, as PettingZoo's api_test expects of an env.
         if options is not None and not isinstance(options, Mapping):
@@ -387,10 +392,17 @@ class BatchedTextGame:
         n, B, L = self.n_agents, self.batch_size, self.context_length
         self._role_of = self.roles_for_episode(self.episode)
         self._order = sorted(range(n), key=lambda i: self._role_of[i])
-        k = self.group_size
-        picks = np.repeat(self.np_random.integers(0, len(self.task.queries), size=B // k), k)
+        if options and ("queries" in options or "budgets" in options):
+            picks, budgets = self._given_rows(options)
+        else:
+            k = self.group_size
+            picks = np.repeat(self.np_random.integers(0, len(self.task.queries), size=B // k), k)
+            budgets = np.full(B, self.np_random.integers(self.budget_low, self.budget_high + 1))
         self.queries: list[Query] = [self.task.queries[i] for i in picks]
-        self.budget = int(self.np_random.integers(self.budget_low, self.budget_high + 1))
+        self.budgets = budgets.astype(np.int64)
+        """Each row's token budget (one drawn per batch in training; per answer when given)."""
+        self.budget = int(self.budgets.max())
+        """The largest budget of the batch (all rows share it unless given row by row)."""
         self._ids = np.empty((n, B, L), dtype=np.int64)
         for i in range(n):
             self._ids[i] = self._pad[i]
@@ -402,6 +414,33 @@ class BatchedTextGame:
         self.rewards: dict[str, np.ndarray] = {a: np.zeros(B) for a in self.possible_agents}
         self._turn = 0
         self._start_turn()
+
+    def _given_rows(self, options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+        """The ``queries`` and ``budgets`` reset options, checked: one of each per row."""
+        where = "reset options"
+        if "queries" not in options or "budgets" not in options:
+            raise ValueError(
+                f"{where}: give both 'queries' and 'budgets' (one per row), or neither"
+            )
+        rows = {}
+        for name, low, high in (
+            ("queries", 0, len(self.task.queries) - 1),
+            ("budgets", 1, self.context_length - 1),
+        ):
+            values = np.asarray(options[name])
+            if values.shape != (self.batch_size,) or values.dtype.kind not in "iu":
+                raise ValueError(
+                    f"{where}: {name!r} must be {self.batch_size} integers (one per row), got "
+                    f"{values.dtype} of shape {values.shape}"
+                )
+            bad = (values < low) | (values > high)
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                raise ValueError(
+                    f"{where}: {name}[{row}] = {int(values[row])} is outside {low}..{high}"
+                )
+            rows[name] = values.astype(np.int64)
+        return rows["queries"], rows["budgets"]
 
     @property
     def done(self) -> bool:
@@ -434,13 +473,13 @@ class BatchedTextGame:
             for b, q in enumerate(self.queries)
         ]
         encoded = self.tokenizers[i](prompts)["input_ids"]
-        room = self.context_length - self.budget
         for b, ids in enumerate(encoded):
+            room = self.context_length - int(self.budgets[b])
             if len(ids) > room:
                 if not self._warned_truncation:
                     warnings.warn(
                         f"a {len(ids)}-token prompt for {self.possible_agents[i]} does not fit "
-                        f"context_length={self.context_length} with a {self.budget}-token "
+                        f"context_length={self.context_length} with a {self.budgets[b]}-token "
                         "budget; keeping its last tokens (raise context_length to avoid this)",
                         stacklevel=3,
                     )
@@ -466,7 +505,7 @@ class BatchedTextGame:
         self._generated[i, rows] += 1
         ended = (
             (tokens[rows] == self._eos[i])
-            | (self._generated[i, rows] >= self.budget)
+            | (self._generated[i, rows] >= self.budgets[rows])
             | (self._length[i, rows] >= self.context_length)
         )
         self.active[rows[ended]] = False

@@ -4,15 +4,47 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 
 import pytest
+from scipy import stats
 
 from train import compare
+from train import eval_report as report
 from train.config import build_config
+from train.evaluate import FORMAT
+
+QUERY_OFFSETS = (-0.1, 0.0, 0.1, 0.0)
+"""Per-query offsets of a fake evaluation's rewards (mean 0): 4 queries x 2 samples."""
 
 
-def fake_run(path, algorithm, seed, kl_coef, scores, kl, evaluation=None):
-    """A run folder as training and evaluation leave it, without training anything."""
+def fake_answers(model, reward, kl, offsets=QUERY_OFFSETS):
+    answers = report.empty_answers()
+    for q, offset in enumerate(offsets):
+        for s in range(2):
+            row = {"model": model, "agent": "llm_0", "role": "pioneer", "query": q,
+                   "sample": s, "budget": 4, "reward": reward + offset, "kl": kl,
+                   "entropy": 1.0, "length": 4, "hit_budget": True,
+                   "text": f"answer {q} {s} {model}"}  # fmt: skip
+            for column, value in row.items():
+                answers[column].append(value)
+    return answers
+
+
+def fake_evaluation(reward, kl, offsets=QUERY_OFFSETS):
+    """An eval.json (format 2) whose trained rewards are ``reward`` + offsets, base 0.1."""
+    answers = report.concat(fake_answers("reference", 0.1, 0.0, offsets),
+                            fake_answers("trained", reward, kl, offsets))  # fmt: skip
+    rows, summary = report.summarise(answers)
+    eval_set = {"seed": 1234, "samples": 2, "queries": ["a", "b", "c", "d"]}
+    return {"format": FORMAT, "eval_set": eval_set, "rows": rows, "summary": summary,
+            "answers": answers}  # fmt: skip
+
+
+def fake_run(path, algorithm, seed, kl_coef, scores, kl, evaluation=None, trajectory=()):
+    """A run folder as training and evaluation leave it, without training anything.
+
+    ``trajectory``: (updates, held-out KL, held-out reward) rows of evaluations along it."""
     path.mkdir(parents=True)
     overrides = {"seed": seed, "run_dir": str(path), "ppo": {"init_kl_coef": kl_coef}}
     build_config("smoke", overrides=overrides, algorithm=algorithm).save(path / "config.yaml")
@@ -23,12 +55,12 @@ def fake_run(path, algorithm, seed, kl_coef, scores, kl, evaluation=None):
             row.update({f"{prefix}/score": score, f"{prefix}/kl": kl * it,
                         f"{prefix}/objective": score - 0.01 * kl * it})  # fmt: skip
         rows.append(row)
+    for updates, test_kl, reward in trajectory:
+        rows.append({"iteration": updates - 1, "eval/updates": updates,
+                     "eval/pioneer/kl": test_kl, "eval/pioneer/reward": reward})  # fmt: skip
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     if evaluation is not None:
-        reward, test_kl = evaluation
-        summary = {"trained": {"pioneer": {"reward": reward, "kl": test_kl, "n": 8}},
-                   "reference": {"pioneer": {"reward": 0.1, "kl": 0.0, "n": 8}}}  # fmt: skip
-        (path / "eval.json").write_text(json.dumps({"summary": summary}))
+        (path / "eval.json").write_text(json.dumps(fake_evaluation(*evaluation)))
     return path
 
 
@@ -60,7 +92,7 @@ def test_curves_and_frontier_files(tmp_path, capsys):
     names = {p.name for p in written}
     assert names == {"curves-agents.png", "curves-agents.csv", "curves-roles.png",
                      "curves-roles.csv", "frontier.png", "frontier.csv", "summary.csv",
-                     "summary.md"}  # fmt: skip
+                     "summary.md", "comparisons.csv", "comparisons.md"}  # fmt: skip
     with (tmp_path / "out" / "curves-agents.csv").open() as f:
         table = list(csv.DictReader(f))
     two_seeds = [r for r in table if r["group"] == "ppo init_kl_coef=0.1" and r["quantity"] ==
@@ -82,10 +114,82 @@ def test_curves_and_frontier_files(tmp_path, capsys):
     assert "ppo init_kl_coef=0.1: 2 seed(s)" in printed
     summary = {r["group"]: r for r in csv.DictReader((tmp_path / "out" / "summary.csv").open())}
     two = summary["ppo init_kl_coef=0.1"]  # rewards 0.5 and 0.7 beside a base of 0.1
-    assert two["seeds"] == "2" and two["games_per_seed"] == "8"
+    assert two["seeds"] == "2" and two["answers_per_seed"] == "8"
     assert float(two["reward_mean"]) == pytest.approx(0.6)
     assert float(two["reward_std"]) == pytest.approx(0.1414214, rel=1e-6)
+    # t_{1, 0.975} = 12.7062047: 0.6 -+ 12.7062047 * 0.1414214 / sqrt(2) = 0.6 -+ 1.2706205
+    assert float(two["reward_ci_low"]) == pytest.approx(0.6 - 1.2706205, rel=1e-6)
     assert float(two["reward_minus_base_mean"]) == pytest.approx(0.5)
     assert float(two["kl_mean"]) == pytest.approx(5.0)
-    assert float(summary["cory"]["reward_std"]) == 0.0  # one seed
-    assert "| ppo init_kl_coef=0.1 | 2 | 8 | 0.600 ± 0.141 | 0.100 ± 0.000 |" in printed
+    assert summary["cory"]["reward_std"] == "" and summary["cory"]["reward_ci_low"] == ""
+    assert "| ppo init_kl_coef=0.1 | 2 | 8 | 0.600 ± 0.141 | [-0.671, 1.871] |" in printed
+    assert "| cory | 1 | 8 | 0.600 ± n/a | n/a |" in printed
+
+
+def test_each_comparison_carries_a_welch_test_and_a_query_bootstrap(tmp_path):
+    runs = tmp_path / "sweep"
+    for seed, reward in enumerate((0.5, 0.6, 0.7)):
+        fake_run(runs / f"p{seed}", "ppo", seed, 0.1, [0.0], 1.0, evaluation=(reward, 4.0))
+    for seed, reward in enumerate((0.8, 0.9)):
+        fake_run(runs / f"c{seed}", "cory", seed, 0.1, [0.0], 1.0, evaluation=(reward, 4.0))
+    compare.main([str(runs), "--out", str(tmp_path / "out"), "--baseline", "ppo"])
+    (row,) = list(csv.DictReader((tmp_path / "out" / "comparisons.csv").open()))
+    assert (row["group"], row["baseline"]) == ("cory", "ppo")
+    # cory 0.85 (var 0.005, n 2) - ppo 0.6 (var 0.01, n 3): se^2 = 0.0025 + 0.01/3
+    se = math.sqrt(0.0025 + 0.01 / 3)
+    df = se**4 / (0.0025**2 / 1 + (0.01 / 3) ** 2 / 2)
+    assert float(row["diff"]) == pytest.approx(0.25)
+    assert float(row["welch_df"]) == pytest.approx(df)
+    assert float(row["welch_p"]) == pytest.approx(2 * stats.t.sf(0.25 / se, df))
+    # Per query both groups carry the same offsets: every query differs by exactly 0.25.
+    assert float(row["query_diff"]) == pytest.approx(0.25) and row["queries"] == "4"
+    assert float(row["query_ci_low"]) == pytest.approx(0.25)
+    assert float(row["query_ci_high"]) == pytest.approx(0.25)
+
+
+def test_groups_on_different_evaluation_sets_get_no_query_bootstrap(tmp_path):
+    runs = tmp_path / "sweep"
+    fake_run(runs / "p0", "ppo", 0, 0.1, [0.0], 1.0, evaluation=(0.5, 4.0))
+    other = fake_run(runs / "c0", "cory", 0, 0.1, [0.0], 1.0, evaluation=(0.8, 4.0))
+    evaluation = json.loads((other / "eval.json").read_text())
+    evaluation["eval_set"]["seed"] = 99
+    (other / "eval.json").write_text(json.dumps(evaluation))
+    compare.main([str(runs), "--out", str(tmp_path / "out")])
+    (row,) = list(csv.DictReader((tmp_path / "out" / "comparisons.csv").open()))
+    assert row["query_diff"] == "" and row["welch_p"] == ""  # and one seed each: no Welch
+
+
+def test_matched_kl_reads_each_seed_s_trajectory(tmp_path):
+    runs = tmp_path / "sweep"
+    fake_run(runs / "p0", "ppo", 0, 0.1, [0.0], 1.0,
+             trajectory=[(0, 0.0, 0.1), (10, 4.0, 0.5), (20, 12.0, 0.9)])  # fmt: skip
+    fake_run(runs / "p1", "ppo", 1, 0.1, [0.0], 1.0,
+             trajectory=[(0, 0.0, 0.1), (10, 2.0, 0.3), (20, 10.0, 0.7)])  # fmt: skip
+    fake_run(runs / "c0", "cory", 0, 0.1, [0.0], 1.0,
+             trajectory=[(0, 0.0, 0.1), (10, 8.0, 0.9), (20, 11.0, 1.0)])  # fmt: skip
+    out = ["--out", str(tmp_path / "out"), "--baseline", "ppo", "--at_kl", "2", "10"]
+    written = compare.main([str(runs), *out])
+    assert {"trajectory.png", "objective.png", "trajectory.csv", "matched_kl.md"} <= {
+        p.name for p in written
+    }
+    rows = {(r["group"], r["kl"]): r for r in
+            csv.DictReader((tmp_path / "out" / "matched_kl.csv").open())}  # fmt: skip
+    # ppo at KL 2: seed 0 halfway to 4 -> 0.3; seed 1 exactly 0.3. At 10: 0.8 and 0.7.
+    assert float(rows["ppo", "2.0"]["reward"]) == pytest.approx(0.3)
+    assert float(rows["ppo", "10.0"]["reward"]) == pytest.approx(0.75)
+    assert float(rows["ppo", "10.0"]["std"]) == pytest.approx(math.sqrt(0.005))
+    # cory: 0.1 + 0.8 * 2 / 8 = 0.3 at KL 2; 0.9 + 0.1 * 2 / 3 at KL 10; one seed: no test
+    assert float(rows["cory", "10.0"]["reward"]) == pytest.approx(0.9 + 0.2 / 3)
+    assert float(rows["cory", "10.0"]["diff"]) == pytest.approx(0.9 + 0.2 / 3 - 0.75)
+    assert rows["cory", "10.0"]["welch_p"] == "" and rows["cory", "10.0"]["std"] == ""
+    # By default: KLs up to the largest every seed reaches (10, the smallest maximum).
+    compare.main([str(runs), "--out", str(tmp_path / "auto")])
+    kls = {r["kl"] for r in csv.DictReader((tmp_path / "auto" / "matched_kl.csv").open())}
+    assert kls == {"2.5", "5.0", "7.5", "10.0"}
+
+
+def test_an_evaluation_of_the_older_format_is_left_out_with_a_note(tmp_path, capsys):
+    run = fake_run(tmp_path / "p0", "ppo", 0, 0.1, [0.0], 1.0)
+    (run / "eval.json").write_text(json.dumps({"summary": {}}))
+    assert compare.load_run(run).evaluation is None
+    assert "older format" in capsys.readouterr().out

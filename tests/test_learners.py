@@ -216,9 +216,11 @@ def test_moe_evaluation_keeps_the_answer_with_the_higher_value(tiny_model_dir, t
             stats = self.inner.turn_stats(obs)
             return {**stats, "value": np.full(len(obs["role"]), self.value)}
 
+    evaluator = ev.Evaluator(config, game.tokenizers, samples=1, batch_size=4, max_queries=4)
+    game = evaluator.game
     for winner in ("llm_0", "llm_1"):
         wrapped = {a: Valued(x, 1.0 if a == winner else -1.0) for a, x in learners.items()}
-        _, _, moe = ev.play_every_role(game, wrapped, batches=1, seed=0, show=0)
+        _, _, moe, _ = evaluator.play(wrapped, "trained", show=0)
         assert len(moe) == 2 * game.batch_size  # one batch per rotation of the roles
         # The game still holds the last batch played: its kept answers are the winner's.
         assert moe[-game.batch_size :] == game.scores[winner].tolist()

@@ -76,13 +76,7 @@ def test_pass_at_k_matches_a_count_over_all_subsets():
         metrics.pass_at_k(3, 1, 4)
 
 
-def test_summary_objectives_and_front():
-    s = metrics.summary([1.0, 2.0, 3.0, 4.0])
-    std = math.sqrt(5 / 3)  # squared deviations 2.25+0.25+0.25+2.25 = 5, over n-1 = 3
-    half = 1.959963984540054 * std / 2
-    assert s["mean"] == 2.5 and s["std"] == pytest.approx(std) and s["n"] == 4
-    assert s["ci95"] == pytest.approx([2.5 - half, 2.5 + half])
-    assert metrics.summary([0.7])["ci95"] == [0.7, 0.7]
+def test_objectives_and_front():
     obj = metrics.objectives([1.0, 0.5], [10.0, 100.0])
     assert obj["0.01"] == pytest.approx(((1 - 0.1) + (0.5 - 1.0)) / 2)
     assert obj["1e-05"] == pytest.approx(0.75 - 1e-5 * 55)
@@ -123,3 +117,155 @@ def test_turn_stats_kl_is_the_exact_kl_to_the_reference(tiny_tokenizer, tiny_lm)
         direct = float((logp.exp() * (logp - logq)).sum())
         assert kl[row] == pytest.approx(direct, rel=1e-4, abs=1e-6)
     assert kl.min() > 0
+
+
+def test_distinct_n_per_answer_and_pooled():
+    texts = ["a a", "a b"]
+    # per answer: {a}/2 = 1/2 and {a, b}/2 = 1, mean 0.75; pooled over both: {a, b}/4 = 0.5
+    assert metrics.distinct_n_per_answer(texts, 1) == pytest.approx(0.75)
+    assert metrics.distinct_n_pooled(texts, 1, pool=2) == pytest.approx(0.5)
+    # an answer without a bigram is left out of the per-answer mean, not counted as 0
+    assert metrics.distinct_n_per_answer(["x", "a a a", "a b c"], 2) == pytest.approx(0.75)
+    assert metrics.distinct_n_per_answer(["one", ""], 2) is None
+    # blocks of 2 in order: ["a a", "a a"] -> 1/4, ["a b", "c d"] -> 4/4; "e e" dropped
+    five = ["a a", "a a", "a b", "c d", "e e"]
+    assert metrics.distinct_n_pooled(five, 1, pool=2) == pytest.approx((0.25 + 1.0) / 2)
+    assert metrics.distinct_n_pooled(five, 1, pool=5) == pytest.approx(5 / 10)
+    assert metrics.distinct_n_pooled(five, 1, pool=6) is None
+    assert metrics.DISTINCT_POOL == 64
+    assert metrics.distinct_n_pooled([f"w{i}" for i in range(64)], 1) == 1.0  # default pool
+    assert metrics.distinct_n_pooled([f"w{i}" for i in range(63)], 1) is None
+
+
+def test_t_interval_uses_the_t_quantile():
+    s = metrics.t_interval([1.0, 2.0, 3.0])
+    half = 4.302652729911275 / math.sqrt(3)  # t_{2, 0.975}, std 1
+    assert s["mean"] == 2.0 and s["std"] == pytest.approx(1.0) and s["n"] == 3
+    assert s["ci"] == pytest.approx([2 - half, 2 + half])
+    half90 = 2.919985580355516 / math.sqrt(3)  # t_{2, 0.95}
+    assert metrics.t_interval([1.0, 2.0, 3.0], 0.9)["ci"] == pytest.approx([2 - half90, 2 + half90])
+    # two values 0, 1: std sqrt(1/2), t_{1, 0.975} = 12.706204736174698
+    half2 = 12.706204736174698 * math.sqrt(0.5) / math.sqrt(2)
+    assert metrics.t_interval([0.0, 1.0])["ci"] == pytest.approx([0.5 - half2, 0.5 + half2])
+    assert metrics.t_interval([0.7]) == {"mean": 0.7, "std": None, "n": 1, "ci": None}
+    assert metrics.t_interval([0.1, 0.1, 0.1]) == {
+        "mean": 0.1,
+        "std": 0.0,
+        "n": 3,
+        "ci": [0.1, 0.1],
+    }
+    with pytest.raises(ValueError, match="no values"):
+        metrics.t_interval([])
+
+
+def test_bootstrap_ci():
+    # units 0 and 1: a resample's mean is 0, 1/2 or 1 with chances 1/4, 1/2, 1/4, so the
+    # 95% interval is [0, 1] and the 40% interval (quantiles 0.3, 0.7) is [1/2, 1/2]
+    assert metrics.bootstrap_ci([0.0, 1.0]) == [0.0, 1.0]
+    assert metrics.bootstrap_ci([0.0, 1.0], confidence=0.4) == [0.5, 0.5]
+    rng = np.random.default_rng(5)
+    values = rng.normal(size=30)
+    # by hand: all resamples in one draw of the seeded generator, then the percentiles
+    idx = np.random.default_rng(7).integers(0, 30, size=(500, 30))
+    expected = np.quantile(values[idx].mean(axis=1), [0.05, 0.95])
+    got = metrics.bootstrap_ci(values, confidence=0.9, n_boot=500, seed=7)
+    assert got == pytest.approx(expected.tolist(), rel=1e-12)
+    assert metrics.bootstrap_ci(values, seed=3) == metrics.bootstrap_ci(values, seed=3)
+    assert metrics.bootstrap_ci(values, seed=3) != metrics.bootstrap_ci(values, seed=4)
+    lo, hi = metrics.bootstrap_ci(values)
+    assert lo < values.mean() < hi
+    many = rng.normal(size=1000)
+    lo_many, hi_many = metrics.bootstrap_ci(many)
+    assert lo_many < many.mean() < hi_many
+    assert hi_many - lo_many < (hi - lo) / 3  # width ~ 1/sqrt(n): sqrt(1000/30) ~ 5.8
+    assert metrics.bootstrap_ci([0.1] * 7) == [0.1, 0.1]  # exact, no rounding of the mean
+    assert metrics.bootstrap_ci([0.3]) is None and metrics.bootstrap_ci([]) is None
+
+
+def test_per_unit_means_groups_by_unit():
+    units, means = metrics.per_unit_means([2, 0, 2, 1, 0, 2], [1.0, 4.0, 2.0, 5.0, 6.0, 6.0])
+    assert units.tolist() == [0, 1, 2]
+    assert means.tolist() == pytest.approx([5.0, 5.0, 3.0])  # (4+6)/2, 5, (1+2+6)/3
+    units, means = metrics.per_unit_means(["q2", "q1", "q2"], [1.0, 0.0, 0.0])
+    assert units.tolist() == ["q1", "q2"] and means.tolist() == [0.0, 0.5]
+    with pytest.raises(ValueError, match="one length"):
+        metrics.per_unit_means([0, 1], [1.0])
+
+
+def test_welch_test_matches_the_formula():
+    from scipy import stats
+
+    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0]
+    va, vb = 5 / 3, 4.0  # squared deviations 5 over 3; 8 over 2
+    sa, sb = va / 4, vb / 3
+    se = math.sqrt(sa + sb)
+    df = (sa + sb) ** 2 / (sa**2 / 3 + sb**2 / 2)
+    diff = 2.5 - 4.0
+    p = 2 * stats.t.sf(abs(diff) / se, df)
+    half = stats.t.ppf(0.975, df) * se
+    w = metrics.welch_test(a, b)
+    assert w["diff"] == pytest.approx(diff) and w["df"] == pytest.approx(df)
+    assert w["p"] == pytest.approx(p) and w["ci"] == pytest.approx([diff - half, diff + half])
+    assert (w["n_a"], w["n_b"]) == (4, 3)
+    assert df == pytest.approx(3.2347, abs=1e-4) and 0.2 < p < 0.4  # the hand numbers
+    assert metrics.welch_test(b, a)["diff"] == pytest.approx(-diff)
+    # half-width at 90% uses t_{df, 0.95}
+    w90 = metrics.welch_test(a, b, confidence=0.9)
+    assert w90["ci"][1] - w90["ci"][0] == pytest.approx(2 * stats.t.ppf(0.95, df) * se)
+    assert metrics.welch_test([1.0], [1.0, 2.0]) is None
+    assert metrics.welch_test([1.0, 2.0], [3.0]) is None
+    # neither sample varies: the difference is certain
+    certain = metrics.welch_test([0.1, 0.1, 0.1], [0.3, 0.3])
+    assert certain["p"] == 0.0 and certain["ci"] == [certain["diff"], certain["diff"]]
+    assert certain["diff"] == pytest.approx(-0.2) and certain["df"] == 3.0
+    same = metrics.welch_test([0.1, 0.1, 0.1], [0.1, 0.1])
+    assert same["p"] == 1.0 and same["ci"] == [0.0, 0.0] and same["diff"] == 0.0
+
+
+def test_paired_test_is_a_one_sample_test_of_the_differences():
+    from scipy import stats
+
+    a = [1.0, 2.0, 3.0, 4.0, 5.0]
+    b = [0.8, 1.9, 2.8, 3.9, 4.8]  # differences 0.2 0.1 0.2 0.1 0.2
+    d = np.array(a) - np.array(b)
+    mean, sd = d.mean(), d.std(ddof=1)
+    t = mean / (sd / math.sqrt(5))
+    half = stats.t.ppf(0.975, 4) * sd / math.sqrt(5)
+    p = metrics.paired_test(a, b)
+    assert p["diff"] == pytest.approx(0.16) and p["df"] == 4 and p["n"] == 5
+    assert p["p"] == pytest.approx(2 * stats.t.sf(abs(t), 4))
+    assert p["p"] == pytest.approx(stats.ttest_1samp(d, 0.0).pvalue)
+    assert p["ci"] == pytest.approx([mean - half, mean + half])
+    # the pairs share most of their spread: paired sees the difference, Welch does not
+    w = metrics.welch_test(a, b)
+    assert w["diff"] == pytest.approx(p["diff"])
+    assert p["p"] < 0.01 and w["p"] > 0.5
+    assert metrics.paired_test([1.0], [0.0]) is None
+    with pytest.raises(ValueError, match="one length"):
+        metrics.paired_test([1.0, 2.0], [1.0, 2.0, 3.0])
+    certain = metrics.paired_test([1.0, 2.0, 3.0], [0.5, 1.5, 2.5])
+    assert certain["p"] == 0.0 and certain["ci"] == [0.5, 0.5] and certain["diff"] == 0.5
+    same = metrics.paired_test([1.0, 2.0], [1.0, 2.0])
+    assert same["p"] == 1.0 and same["ci"] == [0.0, 0.0]
+
+
+def test_value_at_interpolates_on_the_first_segment_reaching_x():
+    # rising: x = 1.5 lies on (1, 10) -> (2, 20)
+    assert metrics.value_at([0.0, 1.0, 2.0], [0.0, 10.0, 20.0], 1.5) == pytest.approx(15.0)
+    assert metrics.value_at([0.0, 1.0, 2.0], [0.0, 10.0, 20.0], 2.0) == pytest.approx(20.0)
+    # overshoots to 4 and comes back through 2: the first crossing, (0,0)->(4,8), counts
+    xs, ys = [0.0, 4.0, 1.0, 2.0], [0.0, 8.0, 5.0, 7.0]
+    assert metrics.value_at(xs, ys, 2.0) == pytest.approx(4.0)
+    # x = 3 on the way up, (2, 1) -> (5, 4), gives 2; on the way down, (5, 4) -> (1, 0), 3
+    xs, ys = [0.0, 2.0, 5.0, 1.0], [0.0, 1.0, 4.0, 0.0]
+    assert metrics.value_at(xs, ys, 3.0) == pytest.approx(2.0)
+    # starts above x, goes further up, reaches x = 2 only coming back: (5, 6) -> (1, 2) gives 3
+    assert metrics.value_at([3.0, 5.0, 1.0], [0.0, 6.0, 2.0], 2.0) == pytest.approx(3.0)
+    assert metrics.value_at([5.0, 1.0], [0.0, 8.0], 4.0) == pytest.approx(2.0)  # falling
+    assert metrics.value_at([0.0, 1.0, 2.0], [0.0, 10.0, 20.0], 2.5) is None  # never reached
+    assert metrics.value_at([1.0], [3.0], 2.0) is None and metrics.value_at([], [], 0.0) is None
+    # the exact first point, even though the path comes back to x later
+    assert metrics.value_at([0.5, 1.0, 0.5], [7.0, 9.0, 1.0], 0.5) == 7.0
+    assert metrics.value_at([0.5], [7.0], 0.5) == 7.0  # a one-point trajectory at x
+    # a flat start reaching x exactly at its end
+    assert metrics.value_at([0.0, 0.0, 1.0], [2.0, 3.0, 4.0], 1.0) == pytest.approx(4.0)

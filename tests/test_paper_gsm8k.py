@@ -55,6 +55,8 @@ def test_paper_gsm8k_trains_and_evaluates_on_a_tiny_model(tiny_model_dir, tmp_pa
     (row,) = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert row["llm_0/ppo/loss_total"] == row["llm_0/ppo/loss_total"]  # trained, not NaN
     with pytest.warns(UserWarning, match="not held out"):  # the fixture has one split
-        result = evaluate(config, tmp_path / "run", batches=1, batch_size=8, k=1, reference=False)
+        result = evaluate(
+            config, tmp_path / "run", batch_size=8, samples=1, max_queries=8, reference=False
+        )
     assert {r["role"] for r in result["rows"]} == {"pioneer", "observer"}
     assert all(set(r["pass@k"]) == {"1"} for r in result["rows"])

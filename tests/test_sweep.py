@@ -18,6 +18,7 @@ def sweep_flags(model_dir, out):
         # training flags, passed through to every run:
         "--model", model_dir, "--device", "cpu", "--batch_size", "4", "--mini_batch_size", "2",
         "--iterations", "2", "--checkpoint_every", "1", "--max_new_tokens", "[2, 5]",
+        "--eval_batch_size", "2", "--eval_queries", "2",  # the final evaluation's set
     ]  # fmt: skip
 
 
@@ -57,8 +58,7 @@ def test_interrupted_sweep_skips_finished_resumes_broken_restarts_empty(
     (out / names[2]).mkdir()
     (out / names[2] / "metrics.jsonl").write_text('{"iteration": 0}\n')
 
-    evaluate = ["--evaluate", "--eval_batch_size", "2", "--eval_batches", "1"]
-    runs = sweep.main([*sweep_flags(tiny_model_dir, out), *evaluate])
+    runs = sweep.main([*sweep_flags(tiny_model_dir, out), "--evaluate"])
     assert [r["status"] for r in runs] == ["skipped", "resumed", "restarted"]
     assert all((out / name / "eval.json").is_file() for name in names)
     assert (out / names[0] / "metrics.jsonl").read_bytes() == finished

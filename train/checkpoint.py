@@ -214,6 +214,11 @@ def load_json_state(folder: Path) -> dict:
     )
 
 
+def checkpoint_updates(run_path: Path) -> int:
+    """How many iterations (updates) the run's complete checkpoint holds."""
+    return int(load_json_state(find_checkpoint(run_path))["iteration"]) + 1
+
+
 def load_checkpoint(
     run_path: Path,
     learners: dict[str, Learner],

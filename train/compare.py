@@ -1,15 +1,29 @@
-"""Compare runs: seeds grouped, learning curves with their spread, and the reward-KL frontier.
+"""Compare runs: seeds grouped, learning curves, held-out trajectories, tests per comparison.
 
 python train/compare.py RUN_DIR [RUN_DIR ...] [--out DIR]   # or a sweep folder
-python train/compare.py runs/sweep-kl --point pioneer --eta 0.01
+python train/compare.py runs/sweep --point pioneer --baseline ppo --at_kl 2 5 10
 
-Runs whose configs differ only in ``seed`` (and ``run_dir``) form one group. For each
-group it draws the mean over seeds and the min-max band (``--band std``: mean +- std) of
-task reward, KL and ``r - eta*KL``, per agent (``curves-agents.png``) and per role
-(``curves-roles.png``), from each run's ``metrics.jsonl``. From each run's ``eval.json``
-(``train/evaluate.py``) it draws the frontier: test KL against test reward, one point per
-run, one colour per algorithm, each algorithm's non-dominated points joined, and the base
-model as a star (``frontier.png``). Each figure's numbers are written beside it as CSV.
+Runs whose configs differ only in ``seed`` (and ``run_dir``) form one group. It writes:
+
+* ``curves-agents.png`` / ``curves-roles.png``: training reward, KL and ``r - eta*KL`` per
+  agent and per role from each run's ``metrics.jsonl``: mean over seeds and the min-max
+  band (``--band std``: mean +- std).
+* ``frontier.png``: each run's final held-out evaluation (``eval.json``, else its last
+  ``evals/`` file) as a (test KL, test reward) point, the base model as a star.
+* ``summary.md``: per group, over seeds: mean, std and t-interval (n-1 degrees of freedom;
+  "n/a" for one seed) of the test reward, of the paired difference to the base model, of
+  the test KL and of distinct-2 (per answer, and pooled over a fixed number of answers).
+* ``comparisons.md``: each group against ``--baseline`` (default: the first group): the
+  difference of test rewards with its Welch t-interval and p-value over seeds, and beside
+  it the bootstrap interval over queries of the per-query difference (the groups answered
+  the same evaluation set).
+* With evaluations along training (``--eval_every``): ``trajectory.png`` (held-out KL
+  against reward, one line per seed), ``objective.png`` (``r - eta*KL`` against updates for
+  each eta), and ``matched_kl.md``: each group's held-out reward at the same KL, read off
+  each seed's trajectory (linear between evaluations), with intervals over seeds and a
+  Welch test against the baseline.
+
+Each figure's and table's numbers are written beside it as CSV.
 """
 
 from __future__ import annotations
@@ -17,6 +31,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +41,8 @@ import matplotlib
 import numpy as np
 
 from train import metrics
+from train.evaluate import FORMAT
+from train.plots import EVAL_KEY
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -41,6 +58,9 @@ class Run:
     config: dict[str, Any]
     rows: list[dict[str, Any]] = field(default_factory=list)
     evaluation: dict[str, Any] | None = None
+    """The final held-out evaluation (format 2), if the run has one."""
+    trajectory: list[dict[str, Any]] = field(default_factory=list)
+    """The ``metrics.jsonl`` rows of its evaluations along training, by updates."""
 
 
 @dataclass
@@ -66,15 +86,33 @@ def run_folders(paths: list[Path]) -> list[Path]:
     return found
 
 
+def final_evaluation(path: Path) -> dict[str, Any] | None:
+    """``eval.json``, else the last of ``evals/``; None (with a note) for an older format."""
+    candidates = [path / "eval.json", *sorted((path / "evals").glob("updates_*.json"))[::-1]]
+    for file in candidates:
+        if not file.is_file():
+            continue
+        evaluation = json.loads(file.read_text())
+        if evaluation.get("format") != FORMAT:
+            print(f"compare: {file} is an evaluation of an older format (no fixed set, no "
+                  "answers): left out; evaluate the run again with train/evaluate.py")  # fmt: skip
+            return None
+        return evaluation
+    return None
+
+
 def load_run(path: Path) -> Run:
     from train.config import load_config_file
-    from train.plots import read_metrics
+    from train.plots import read_evaluations, read_metrics
 
     config = load_config_file(path / "config.yaml")
-    rows = read_metrics(path) if (path / "metrics.jsonl").exists() else []
-    evaluation = path / "eval.json"
+    has_metrics = (path / "metrics.jsonl").exists()
     return Run(
-        path, config, rows, json.loads(evaluation.read_text()) if evaluation.exists() else None
+        path,
+        config,
+        read_metrics(path) if has_metrics else [],
+        final_evaluation(path),
+        read_evaluations(path) if has_metrics else [],
     )
 
 
@@ -132,9 +170,9 @@ def series(run: Run, key: str, eta: float | None) -> dict[int, float]:
 
 
 def _spread(values: list[float]) -> tuple[float, float]:
-    """Mean and sample std (0 for one value)."""
-    arr = np.asarray(values, dtype=float)
-    return float(arr.mean()), float(arr.std(ddof=1)) if len(arr) > 1 else 0.0
+    """Mean and sample std (0 for one value): the band of a curve."""
+    t = metrics.t_interval(values)
+    return t["mean"], t["std"] or 0.0
 
 
 def seed_spread(group: Group, key: str, eta: float | None) -> list[dict[str, Any]]:
@@ -272,33 +310,49 @@ def plot_frontier(groups: list[Group], point: str, out: Path) -> tuple[Path, Pat
 
 
 # ----------------------------------------------------------------------------- summary
+def _t_cells(values: list[float], digits: int = 3) -> tuple[str, str]:
+    """ "mean ± std" and the t-interval over seeds, "n/a" where one seed has no spread."""
+    t = metrics.t_interval(values)
+    std = "n/a" if t["std"] is None else f"{t['std']:.{digits}f}"
+    ci = "n/a" if t["ci"] is None else f"[{t['ci'][0]:.{digits}f}, {t['ci'][1]:.{digits}f}]"
+    return f"{t['mean']:.{digits}f} ± {std}", ci
+
+
 def summary_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
-    """Per group, over its evaluated seeds: the test reward of the trained model and of
-    the base model evaluated beside it, their difference within each evaluation (the
-    paired comparison: same queries, so less noise than two means), and the test KL."""
+    """Per group, over its evaluated seeds: test reward, base reward, the paired difference
+    (each seed's mean over queries of reward - base), test KL and distinct-2."""
     rows = []
     for group in groups:
-        trained, base, gain, kl, games = [], [], [], [], []
-        for run in group.runs:
-            summary = (run.evaluation or {}).get("summary") or {}
-            mine = summary.get("trained", {}).get(point)
-            ref = summary.get("reference", {}).get(point)
-            if mine is None or ref is None:
-                continue
-            trained.append(mine["reward"])
-            base.append(ref["reward"])
-            gain.append(mine["reward"] - ref["reward"])
-            kl.append(mine.get("kl", float("nan")))
-            games.append(mine.get("n", 0))
-        if not trained:
+        cells = [c for run in group.runs if (c := _cell(run, "trained", point)) is not None]
+        if not cells:
             continue
-        row: dict[str, Any] = {"group": group.label, "algorithm": group.algorithm,
-                               "seeds": len(trained), "games_per_seed": min(games)}  # fmt: skip
-        for name, values in (("reward", trained), ("base_reward", base),
-                             ("reward_minus_base", gain), ("kl", kl)):  # fmt: skip
-            row[f"{name}_mean"], row[f"{name}_std"] = _spread(values)
+        row: dict[str, Any] = {
+            "group": group.label,
+            "algorithm": group.algorithm,
+            "seeds": len(cells),
+            "answers_per_seed": min(c["n"] for c in cells),
+        }
+        values = {
+            "reward": [c["reward"] for c in cells],
+            "reward_minus_base": [c["reward_minus_base"]["mean"] for c in cells
+                                  if c.get("reward_minus_base")],
+            "kl": [c.get("kl", math.nan) for c in cells],
+            "distinct_2": [c["distinct_2"] for c in cells if c.get("distinct_2") is not None],
+            "distinct_2_pooled": [c["distinct_2_pooled"] for c in cells
+                                  if c.get("distinct_2_pooled") is not None],
+        }  # fmt: skip
+        for name, vals in values.items():
+            if not vals:
+                continue
+            t = metrics.t_interval(vals)
+            row[f"{name}_mean"], row[f"{name}_std"] = t["mean"], t["std"]
+            row[f"{name}_ci_low"], row[f"{name}_ci_high"] = t["ci"] or (None, None)
         rows.append(row)
     return rows
+
+
+def _cell(run: Run, model: str, point: str) -> dict[str, Any] | None:
+    return (((run.evaluation or {}).get("summary") or {}).get(model) or {}).get(point)
 
 
 def write_summary(groups: list[Group], point: str, out: Path) -> tuple[Path, Path] | None:
@@ -307,23 +361,284 @@ def write_summary(groups: list[Group], point: str, out: Path) -> tuple[Path, Pat
     if not rows:
         return None
     table_csv, table_md = out / "summary.csv", out / "summary.md"
-    write_csv(table_csv, rows, list(rows[0]))
+    write_csv(table_csv, rows, sorted({k for r in rows for k in r}, key=_column_order))
     lines = [
-        f"Test results at {point!r}, mean ± std over seeds (base: the untrained model in "
-        "the same evaluation):",
+        f"Held-out results at {point!r}: mean ± std over seeds and the 95% t-interval "
+        "(n-1 degrees of freedom; n/a for one seed). reward - base: each seed's paired "
+        "difference to the base model on the same answers (mean over queries). Distinct-2 "
+        f"per answer, and pooled over blocks of {metrics.DISTINCT_POOL} answers.",
         "",
-        "| group | seeds | games / seed | test reward | base model | reward - base | test KL |",
-        "|---|---|---|---|---|---|---|",
+        "| group | seeds | answers / seed | test reward | 95% CI | reward - base | 95% CI | "
+        "test KL | 95% CI | distinct-2 (answer) | distinct-2 (pooled) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        cells = [f"{r[f'{k}_mean']:.3f} ± {r[f'{k}_std']:.3f}"
-                 for k in ("reward", "base_reward", "reward_minus_base")]  # fmt: skip
-        cells.append(f"{r['kl_mean']:.2f} ± {r['kl_std']:.2f}")
-        lines.append(f"| {r['group']} | {r['seeds']} | {r['games_per_seed']} | "
-                     + " | ".join(cells) + " |")  # fmt: skip
+    for group in groups:
+        cells = [c for run in group.runs if (c := _cell(run, "trained", point)) is not None]
+        if not cells:
+            continue
+        row = [group.label, str(len(cells)), str(min(c["n"] for c in cells))]
+        row += _t_cells([c["reward"] for c in cells])
+        diffs = [c["reward_minus_base"]["mean"] for c in cells if c.get("reward_minus_base")]
+        row += _t_cells(diffs) if diffs else ("", "")
+        row += _t_cells([c.get("kl", math.nan) for c in cells], 2)
+        for key in ("distinct_2", "distinct_2_pooled"):
+            vals = [c[key] for c in cells if c.get(key) is not None]
+            row.append(_t_cells(vals)[0] if vals else "n/a")
+        lines.append("| " + " | ".join(row) + " |")
     table_md.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return table_csv, table_md
+
+
+def _column_order(key: str) -> tuple[int, str]:
+    first = ("group", "algorithm", "seeds", "answers_per_seed")
+    return (first.index(key), key) if key in first else (len(first), key)
+
+
+# ----------------------------------------------------------------------------- comparisons
+def per_query_rewards(run: Run, point: str) -> dict[int, float] | None:
+    """The trained agents' mean held-out reward per query at ``point`` (a role or all)."""
+    answers = (run.evaluation or {}).get("answers")
+    if not answers:
+        return None
+    rows = [i for i, (m, r) in enumerate(zip(answers["model"], answers["role"], strict=True))
+            if m == "trained" and point in ("all", r)]  # fmt: skip
+    if not rows:
+        return None
+    units, means = metrics.per_unit_means(
+        [answers["query"][i] for i in rows], [answers["reward"][i] for i in rows]
+    )
+    return dict(zip(units.tolist(), means.tolist(), strict=True))
+
+
+def query_bootstrap(group: Group, baseline: Group, point: str) -> dict[str, Any] | None:
+    """The difference of two groups per query (each query's reward averaged over the
+    group's seeds), with its bootstrap interval over queries; None unless every run of
+    both answered one and the same evaluation set."""
+    sets = {json.dumps((r.evaluation or {}).get("eval_set"), sort_keys=True)
+            for r in (*group.runs, *baseline.runs)}  # fmt: skip
+    if len(sets) != 1:
+        return None
+    means = []
+    for g in (group, baseline):
+        per_run = [q for run in g.runs if (q := per_query_rewards(run, point)) is not None]
+        if not per_run:
+            return None
+        shared = sorted(set.intersection(*(set(q) for q in per_run)))
+        means.append({u: float(np.mean([q[u] for q in per_run])) for u in shared})
+    units = sorted(set(means[0]) & set(means[1]))
+    diffs = [means[0][u] - means[1][u] for u in units]
+    if not diffs:
+        return None
+    return {"mean": float(np.mean(diffs)), "ci": metrics.bootstrap_ci(diffs),
+            "queries": len(units)}  # fmt: skip
+
+
+def comparison_rows(groups: list[Group], baseline: Group, point: str) -> list[dict[str, Any]]:
+    """Each group's test reward against the baseline's: Welch over seeds, bootstrap over
+    queries."""
+    rows = []
+    base = [c["reward"] for run in baseline.runs if (c := _cell(run, "trained", point))]
+    for group in groups:
+        if group is baseline:
+            continue
+        mine = [c["reward"] for run in group.runs if (c := _cell(run, "trained", point))]
+        if not mine or not base:
+            continue
+        welch = metrics.welch_test(mine, base)
+        boot = query_bootstrap(group, baseline, point)
+        rows.append({
+            "group": group.label, "baseline": baseline.label, "point": point,
+            "seeds": len(mine), "baseline_seeds": len(base),
+            "diff": float(np.mean(mine) - np.mean(base)),
+            "welch_ci_low": welch["ci"][0] if welch else None,
+            "welch_ci_high": welch["ci"][1] if welch else None,
+            "welch_p": welch["p"] if welch else None,
+            "welch_df": welch["df"] if welch else None,
+            "query_diff": boot["mean"] if boot else None,
+            "query_ci_low": (boot["ci"] or [None])[0] if boot else None,
+            "query_ci_high": (boot["ci"] or [None, None])[1] if boot else None,
+            "queries": boot["queries"] if boot else None,
+        })  # fmt: skip
+    return rows
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def write_comparisons(
+    groups: list[Group], baseline: Group, point: str, out: Path
+) -> tuple[Path, Path] | None:
+    rows = comparison_rows(groups, baseline, point)
+    if not rows:
+        return None
+    table_csv, table_md = out / "comparisons.csv", out / "comparisons.md"
+    write_csv(table_csv, rows, list(rows[0]))
+    lines = [
+        f"Held-out reward at {point!r}, each group minus {baseline.label!r}: over seeds, the "
+        "difference of means with its Welch t-interval and two-sided p-value (n/a with one "
+        "seed on a side); over queries, the mean per-query difference (each query's reward "
+        "averaged over a group's seeds) with its 95% bootstrap interval.",
+        "",
+        "| group | seeds | vs | seeds | difference | 95% CI (Welch) | p (Welch) | "
+        "per-query difference | 95% CI (queries) | queries |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        welch_ci = ("n/a" if r["welch_p"] is None
+                    else f"[{r['welch_ci_low']:.3f}, {r['welch_ci_high']:.3f}]")  # fmt: skip
+        query_ci = ("n/a" if r["query_ci_low"] is None
+                    else f"[{r['query_ci_low']:.3f}, {r['query_ci_high']:.3f}]")  # fmt: skip
+        lines.append(
+            f"| {r['group']} | {r['seeds']} | {r['baseline']} | {r['baseline_seeds']} | "
+            f"{r['diff']:+.3f} | {welch_ci} | {_fmt(r['welch_p'])} | "
+            f"{'n/a' if r['query_diff'] is None else format(r['query_diff'], '+.3f')} | "
+            f"{query_ci} | {r['queries'] or 'n/a'} |"
+        )
+    table_md.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return table_csv, table_md
+
+
+# ----------------------------------------------------------------------------- trajectories
+def trajectory(run: Run, point: str) -> list[tuple[int, float, float]]:
+    """(updates, held-out KL, held-out reward) of each evaluation along the run."""
+    out = []
+    for row in run.trajectory:
+        reward, kl = row.get(f"eval/{point}/reward"), row.get(f"eval/{point}/kl")
+        if reward is not None and kl is not None:
+            out.append((int(row[EVAL_KEY]), float(kl), float(reward)))
+    return out
+
+
+def default_kls(groups: list[Group], point: str, count: int = 4) -> list[float]:
+    """``count`` KL values up to the largest KL that every seed's trajectory reaches."""
+    reached = [max(kl for _, kl, _ in t) for g in groups for r in g.runs
+               if (t := trajectory(r, point))]  # fmt: skip
+    if not reached:
+        return []
+    top = min(reached)
+    return [round(top * (i + 1) / count, 6) for i in range(count)] if top > 0 else []
+
+
+def matched_kl_rows(
+    groups: list[Group], baseline: Group, point: str, kls: list[float]
+) -> list[dict[str, Any]]:
+    """Per group and KL: the held-out reward at that KL on each seed's trajectory, over
+    seeds (t-interval), and the Welch test against the baseline at the same KL."""
+
+    def at(group: Group, kl: float) -> list[float]:
+        values = []
+        for run in group.runs:
+            points = trajectory(run, point)
+            if points:
+                y = metrics.value_at([p[1] for p in points], [p[2] for p in points], kl)
+                if y is not None:
+                    values.append(y)
+        return values
+
+    rows = []
+    for kl in kls:
+        base = at(baseline, kl)
+        for group in groups:
+            values = at(group, kl)
+            if not values:
+                continue
+            t = metrics.t_interval(values)
+            welch = metrics.welch_test(values, base) if group is not baseline else None
+            rows.append({
+                "group": group.label, "kl": kl, "seeds": len(values),
+                "seeds_total": len(group.runs), "reward": t["mean"], "std": t["std"],
+                "ci_low": (t["ci"] or [None])[0], "ci_high": (t["ci"] or [None, None])[1],
+                "baseline": baseline.label,
+                "diff": t["mean"] - float(np.mean(base)) if base and group is not baseline
+                else None,
+                "welch_ci_low": welch["ci"][0] if welch else None,
+                "welch_ci_high": welch["ci"][1] if welch else None,
+                "welch_p": welch["p"] if welch else None,
+            })  # fmt: skip
+    return rows
+
+
+def write_matched_kl(
+    groups: list[Group], baseline: Group, point: str, kls: list[float], out: Path
+) -> tuple[Path, Path] | None:
+    rows = matched_kl_rows(groups, baseline, point, kls)
+    if not rows:
+        return None
+    table_csv, table_md = out / "matched_kl.csv", out / "matched_kl.md"
+    write_csv(table_csv, rows, list(rows[0]))
+    lines = [
+        f"Held-out reward at matched held-out KL ({point!r}), read off each seed's trajectory "
+        "(linear between evaluations; a seed that never reaches the KL is left out): mean ± "
+        f"std over seeds, 95% t-interval, and the difference to {baseline.label!r} with its "
+        "Welch interval and p-value.",
+        "",
+        "| KL | group | seeds | reward | 95% CI | difference | 95% CI (Welch) | p (Welch) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        ci = "n/a" if r["ci_low"] is None else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        welch = ("n/a" if r["welch_p"] is None
+                 else f"[{r['welch_ci_low']:.3f}, {r['welch_ci_high']:.3f}]")  # fmt: skip
+        diff = "" if r["diff"] is None else f"{r['diff']:+.3f}"
+        lines.append(
+            f"| {r['kl']:g} | {r['group']} | {r['seeds']}/{r['seeds_total']} | "
+            f"{r['reward']:.3f} ± {_fmt(r['std'])} | {ci} | {diff} | {welch} | "
+            f"{_fmt(r['welch_p'])} |"
+        )
+    table_md.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return table_csv, table_md
+
+
+def plot_trajectories(groups: list[Group], point: str, out: Path) -> list[Path]:
+    """``trajectory.png`` (KL against reward per seed) and ``objective.png`` (``r - eta*KL``
+    against updates, mean over seeds per group and eta), with ``trajectory.csv``."""
+    records = [{"group": g.label, "run": str(r.path), "seed": r.config.get("seed"),
+                "updates": u, "kl": kl, "reward": rw}
+               for g in groups for r in g.runs for u, kl, rw in trajectory(r, point)]  # fmt: skip
+    if not records:
+        return []
+    colours = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    fig, ax = plt.subplots(figsize=(6.5, 4.8))
+    fig2, axes = plt.subplots(1, len(metrics.ETAS), figsize=(4 * len(metrics.ETAS), 3.4),
+                              squeeze=False)  # fmt: skip
+    for g, group in enumerate(groups):
+        colour = colours[g % len(colours)]
+        label = group.label
+        by_updates: dict[int, list[tuple[float, float]]] = {}
+        for run in group.runs:
+            points = trajectory(run, point)
+            if not points:
+                continue
+            ax.plot([p[1] for p in points], [p[2] for p in points], color=colour, alpha=0.8,
+                    marker=".", label=label)  # fmt: skip
+            label = None
+            for u, kl, rw in points:
+                by_updates.setdefault(u, []).append((kl, rw))
+        updates = sorted(by_updates)
+        for e, eta in enumerate(metrics.ETAS):
+            ys = [np.mean([rw - eta * kl for kl, rw in by_updates[u]]) for u in updates]
+            axes[0][e].plot(updates, ys, color=colour, marker=".", label=group.label)
+            axes[0][e].set_title(f"r - {eta:g} KL ({point})")
+            axes[0][e].set_xlabel("updates")
+            axes[0][e].grid(alpha=0.3)
+    ax.set_xlabel("held-out KL(pi || pi_ref), summed over the answer")
+    ax.set_ylabel("held-out task reward")
+    ax.set_title(f"held-out trajectories ({point}), one line per seed")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    axes[0][0].legend(fontsize=7)
+    written = []
+    for figure, name in ((fig, "trajectory.png"), (fig2, "objective.png")):
+        figure.tight_layout()
+        figure.savefig(out / name, dpi=110)
+        plt.close(figure)
+        written.append(out / name)
+    write_csv(out / "trajectory.csv", records, list(records[0]))
+    return [*written, out / "trajectory.csv"]
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
@@ -339,26 +654,45 @@ def compare(
     point: str = "pioneer",
     eta: float | None = None,
     band: str = "minmax",
+    baseline: str | None = None,
+    at_kl: list[float] | None = None,
 ) -> list[Path]:
-    """Draw every figure into ``out`` (default: ``compare/`` beside the runs)."""
+    """Draw every figure and write every table into ``out`` (default: ``compare/`` beside
+    the runs). ``baseline``: the label (or algorithm) of the group the others are tested
+    against, default the first group; ``at_kl``: the KLs of the matched comparison."""
     runs = [load_run(p) for p in run_folders(paths)]
     groups = group_runs(runs)
     if out is None:
         out = Path(os.path.commonpath([p.parent.resolve() for p in (r.path for r in runs)]))
         out = out / "compare"
     out.mkdir(parents=True, exist_ok=True)
+    base_group = pick_baseline(groups, baseline)
     written = [*plot_curves(groups, "agents", out, eta, band),
                *plot_curves(groups, "roles", out, eta, band)]  # fmt: skip
     frontier = plot_frontier(groups, point, out)
     if frontier is None:
-        print(f"compare: no run has an eval.json with {point!r}: no frontier "
-              "(python train/evaluate.py RUN_DIR ...)")  # fmt: skip
+        print(f"compare: no run has a held-out evaluation with {point!r}: no frontier "
+              "(python train/evaluate.py RUN_DIR ..., or train with --eval_every)")  # fmt: skip
     else:
         written += frontier
         written += write_summary(groups, point, out) or ()
+        written += write_comparisons(groups, base_group, point, out) or ()
+    written += plot_trajectories(groups, point, out)
+    kls = at_kl if at_kl else default_kls(groups, point)
+    written += write_matched_kl(groups, base_group, point, kls, out) or ()
     for group in groups:
         print(f"compare: {group.label}: {len(group.runs)} seed(s)")
     return written
+
+
+def pick_baseline(groups: list[Group], name: str | None) -> Group:
+    """The group named ``name`` (its label, else its algorithm); the first group if None."""
+    if name is None:
+        return groups[0]
+    for group in groups:
+        if name in (group.label, group.algorithm):
+            return group
+    raise ValueError(f"--baseline {name!r} names no group; groups: {[g.label for g in groups]}")
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
@@ -370,10 +704,16 @@ def main(argv: list[str] | None = None) -> list[Path]:
     )
     parser.add_argument("--eta", type=float, help="recompute r - eta*KL (default: as logged)")
     parser.add_argument("--band", choices=("minmax", "std"), default="minmax")
+    parser.add_argument("--baseline", help="the group the others are tested against "
+                        "(a label or an algorithm; default the first group)")  # fmt: skip
+    parser.add_argument("--at_kl", type=float, nargs="+",
+                        help="held-out KLs of the matched comparison (default: 4 up to the "
+                        "largest KL every seed reaches)")  # fmt: skip
     args = parser.parse_args(argv)
     try:
-        written = compare(args.runs, args.out, args.point, args.eta, args.band)
-    except FileNotFoundError as err:
+        written = compare(args.runs, args.out, args.point, args.eta, args.band, args.baseline,
+                          args.at_kl)  # fmt: skip
+    except (FileNotFoundError, ValueError) as err:
         parser.error(str(err))
     for path in written:
         print(path)

@@ -83,6 +83,17 @@ class TrainConfig:
     sample_every: int = 5
     checkpoint_every: int = 10
     n_samples: int = 4
+    eval_every: int = 0
+    """Evaluate the held-out set before training, every this many iterations and at the
+    end (``RUN/evals/``, ``eval/*`` in metrics.jsonl); 0 = never."""
+    eval_samples: int = 4
+    """Answers per held-out query in those evaluations."""
+    eval_queries: int | None = None
+    """Evaluate the first this many distinct held-out queries; None = all."""
+    eval_batch_size: int = 32
+    """Games per batch in evaluations (it does not change the evaluation set)."""
+    eval_seed: int = 1234
+    """Fixes each held-out answer's budget and sampling uniforms."""
     ppo: PPOConfig = field(default_factory=PPOConfig)
 
     @property
@@ -162,6 +173,12 @@ class TrainConfig:
         ):
             setattr(self, name, checks.integer(getattr(self, name), name, minimum=1))
         self.n_samples = checks.integer(self.n_samples, "n_samples", minimum=0)
+        self.eval_every = checks.integer(self.eval_every, "eval_every", minimum=0, hint="0 = off")
+        for name in ("eval_samples", "eval_batch_size"):
+            setattr(self, name, checks.integer(getattr(self, name), name, minimum=1))
+        self.eval_seed = checks.integer(self.eval_seed, "eval_seed", minimum=0)
+        if self.eval_queries is not None:
+            self.eval_queries = checks.integer(self.eval_queries, "eval_queries", minimum=1)
         self.seed = checks.integer(self.seed, "seed", minimum=0)
         self.lora_alpha = checks.number(
             self.lora_alpha, "lora_alpha", minimum=0, exclusive_min=True

@@ -1,30 +1,39 @@
-"""Evaluate trained agents and their base model on held-out queries, every agent in every role.
+"""Evaluate trained agents and their base model on a fixed set of held-out queries.
 
 python train/evaluate.py RUN_DIR [RUN_DIR ...]      # writes RUN_DIR/eval.json and eval.md
-python train/evaluate.py --task arith --k 4         # the base model alone (--out DIR to keep it)
+python train/evaluate.py --task arith --samples 8   # the base model alone (--out DIR to keep it)
 
 Held-out queries: the task's test split (IMDB with a dataset, GSM8K from the hub), the
 packaged IMDB openings' held-out fifth, or arith drawn with another generator seed (minus
-any problem training could draw). Each agent answers in every role on the same queries,
-and the untrained base model plays the same games in every seat as the ``reference``
-rows, so every number has its baseline. Metrics are defined in ``train/metrics.py``.
+any problem training could draw). The evaluation set is every distinct one of them (or
+the first ``--max_queries``), each answered ``--samples`` times, with a token budget and
+sampling uniforms fixed per answer by ``--seed`` (``train/eval_set.py``): the same set for
+every learner, batch size and group size. Each agent answers in every role, and the
+untrained base model plays the same games with the same uniforms as the ``reference``
+rows, so "reward - base" is a paired difference per answer. ``eval.json`` keeps every
+answer; ``train/eval_report.py`` computes every summary from them.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import json
+import os
+import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agents.base import CommonNoise
+from train import eval_report as report
 from train import metrics
+from train.eval_set import EvalSet, padded
 
+FORMAT = 2
+"""Version of ``eval.json``: 2 records every answer of a fixed evaluation set."""
 HELD_OUT_SEED_OFFSET = 1
 """Arith evaluation draws its problems with the training ``seed`` plus this."""
 _LOCAL_SUFFIXES = (".txt", ".json", ".jsonl", ".csv", ".parquet")
@@ -65,154 +74,180 @@ def drop_training_queries(game: Any, config: Any) -> int:
     return dropped
 
 
-def eval_config(
-    config: Any, batch_size: int, group_size: int, task_settings: dict[str, Any], device: str | None
-) -> Any:
-    """The run's config set up to evaluate: the eval batch, groups of k, exact KL."""
-    config = copy.deepcopy(config)
-    config.task_settings = task_settings
-    config.batch_size, config.group_size = batch_size, group_size
-    # Evaluation never learns: mini-batches only have to divide the batch. The exact KL
-    # is recorded whatever estimator training used.
-    config.ppo = dataclasses.replace(
-        config.ppo, mini_batch_size=batch_size, gradient_accumulation_steps=1, kl_estimator="full"
-    )
-    if device is not None:
-        config.device = device
-    config.validate()
-    return config
+class Evaluator:
+    """Plays the fixed evaluation set (``train/eval_set.py``) with any learners.
+
+    Built once per run (the held-out task, its game and the set); :meth:`play` then
+    answers the whole set with the given learners, every agent in every role, and returns
+    one record per answer (``train/eval_report.ANSWER_COLUMNS``). Learners that take
+    common random numbers (``agents.base.CommonNoise``) draw each answer's tokens with
+    the set's uniforms for that (query, sample, role), and go back to their own random
+    stream afterwards, which evaluation never advances: a run trains the same with or
+    without evaluations along the way.
+    """
+
+    def __init__(
+        self,
+        config: Any,
+        tokenizers: Any,
+        *,
+        samples: int = 4,
+        batch_size: int = 32,
+        seed: int = 1234,
+        max_queries: int | None = None,
+        task_settings: dict[str, Any] | None = None,
+    ) -> None:
+        from train.loop import make_game
+
+        settings, self.note, self.held_out = held_out_settings(config.task, config.task_settings)
+        settings.update(task_settings or {})
+        self.task_settings = settings
+        game = make_game(config, tokenizers, task_settings=settings, group_size=1, batch_size=1)
+        if config.task == "arith" and self.held_out:
+            dropped = drop_training_queries(game, config)
+            self.note += f" ({dropped} of them dropped)"
+        self.eval_set = EvalSet.build(
+            [q.text for q in game.task.queries], samples, seed,
+            (game.budget_low, game.budget_high), max_queries,
+        )  # fmt: skip
+        size, self.batches = self.eval_set.batches(batch_size)
+        self.game = make_game(config, tokenizers, task=game.task, group_size=1, batch_size=size)
+        self.checked = _answer_checked(self.game)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "held_out": {
+                "held_out": self.held_out, "note": self.note, "task_settings": self.task_settings
+            },
+            "eval_set": self.eval_set.describe(),
+            "answer_checked": self.checked,
+        }  # fmt: skip
+
+    def play(
+        self, learners: dict[str, Any], model: str, show: int = 3
+    ) -> tuple[dict[str, list[Any]], list[dict[str, Any]], list[float], bool]:
+        """Every answer of ``learners`` to the set, in every role; the first ``show``
+        exchanges of each role rotation; the MoE score per game (two value heads); and
+        whether every learner drew with the set's common random numbers."""
+        from train.loop import batch_samples
+
+        answers = report.empty_answers()
+        shown: list[dict[str, Any]] = []
+        moe: list[float] = []
+        period = self.game.settings.role_exchange_period
+        try:
+            for shift in range(self.game.n_agents):
+                for number, items in enumerate(self.batches):
+                    moe += self._play_batch(learners, model, shift * period, items, answers)
+                    if number == 0:
+                        shown += batch_samples(self.game, min(show, len(items)))
+        finally:
+            for learner in learners.values():
+                if isinstance(learner, CommonNoise):
+                    learner.use_sampling_noise(None)
+        common = all(isinstance(learner, CommonNoise) for learner in learners.values())
+        return answers, shown, moe, common
+
+    def _play_batch(
+        self,
+        learners: dict[str, Any],
+        model: str,
+        episode: int,
+        items: np.ndarray,
+        answers: dict[str, list[Any]],
+    ) -> list[float]:
+        """One batch of the set's answers (``items``) in the roles of ``episode``; returns
+        the MoE score of each game when two seats report values."""
+        from train.loop import play_games
+
+        game, es = self.game, self.eval_set
+        queries, samples = (column[padded(items, game.batch_size)] for column in es.items())
+        game.reset(options={
+            "episode": episode,
+            "queries": np.asarray(es.task_index)[queries],
+            "budgets": es.budgets()[queries, samples],
+        })  # fmt: skip
+        roles = game.roles_for_episode(game.episode)
+        for i, agent in enumerate(game.possible_agents):
+            if isinstance(learners[agent], CommonNoise):
+                uniforms = [es.noise(q, s, roles[i]) for q, s in zip(queries, samples, strict=True)]
+                learners[agent].use_sampling_noise(np.stack(uniforms))
+        play_games(game, learners)  # no end_rollout: nothing is collected or learned
+        stats = {a: learners[a].turn_stats(game.observe(a)) for a in game.possible_agents}
+        real = len(items)
+        for agent in game.possible_agents:
+            record(answers, game, agent, stats[agent], model, queries, samples, real)
+        if len(stats) != 2 or not all("value" in st for st in stats.values()):
+            return []
+        values = np.stack([stats[a]["value"] for a in game.possible_agents])
+        scores = np.stack([game.scores[a] for a in game.possible_agents])
+        return scores[values.argmax(axis=0), np.arange(game.batch_size)][:real].tolist()
 
 
-# ----------------------------------------------------------------------------- playing
-@dataclass
-class Answers:
-    """Everything one (model, agent, role) cell of the table is computed from."""
-
-    scores: list[float] = field(default_factory=list)
-    kls: list[float] = field(default_factory=list)
-    entropies: list[float] = field(default_factory=list)
-    lengths: list[int] = field(default_factory=list)
-    hit_budget: list[bool] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    correct: list[np.ndarray] = field(default_factory=list)
-    """Per query group: which of its k answers were correct (answer-checked tasks)."""
-
-    def extend(self, other: Answers) -> None:
-        for f in dataclasses.fields(self):
-            getattr(self, f.name).extend(getattr(other, f.name))
-
-
-def record(game: Any, agent: str, stats: dict[str, np.ndarray], checked: bool) -> Answers:
-    """One finished batch from ``agent``'s seat."""
+def record(
+    answers: dict[str, list[Any]],
+    game: Any,
+    agent: str,
+    stats: dict[str, np.ndarray],
+    model: str,
+    queries: np.ndarray,
+    samples: np.ndarray,
+    real: int,
+) -> None:
+    """Append the first ``real`` rows of a finished batch, from ``agent``'s seat."""
     obs = game.observe(agent)
     i = game.possible_agents.index(agent)
     lengths = np.asarray(obs["num_generated"])
     last = np.asarray(obs["input_ids"])[:, -1]
-    scores = np.asarray(game.scores[agent], dtype=float)
-    k = game.group_size
-    return Answers(
-        scores=scores.tolist(),
-        kls=np.asarray(stats.get("kl", []), dtype=float).tolist(),
-        entropies=np.asarray(stats.get("entropy", []), dtype=float).tolist(),
-        lengths=lengths.tolist(),
-        hit_budget=metrics.hit_budget(
-            lengths, game.budget, last, game.tokenizers[i].eos_token_id
-        ).tolist(),
-        texts=list(game.responses[agent]),
-        correct=list((scores >= 1.0).reshape(-1, k)) if checked else [],
-    )
+    hit = metrics.hit_budget(lengths, game.budgets, last, game.tokenizers[i].eos_token_id)
+    role = game.roles[agent]
+    kl, entropy = stats.get("kl"), stats.get("entropy")
+    for b in range(real):
+        answers["model"].append(model)
+        answers["agent"].append(agent)
+        answers["role"].append(role)
+        answers["query"].append(int(queries[b]))
+        answers["sample"].append(int(samples[b]))
+        answers["budget"].append(int(game.budgets[b]))
+        answers["reward"].append(float(game.scores[agent][b]))
+        answers["kl"].append(None if kl is None else float(kl[b]))
+        answers["entropy"].append(None if entropy is None else float(entropy[b]))
+        answers["length"].append(int(lengths[b]))
+        answers["hit_budget"].append(bool(hit[b]))
+        answers["text"].append(game.responses[agent][b])
 
 
-def play_every_role(
-    game: Any, learners: dict[str, Any], batches: int, seed: int, show: int
-) -> tuple[dict[tuple[str, str], Answers], list[dict[str, Any]], list[float]]:
-    """Play ``batches`` batches per role rotation; the same queries and budgets in each.
-
-    Rotation ``s`` is episode ``s * role_exchange_period`` of the game, in which the
-    pioneer seat has moved ``s`` places, so every agent plays every role.
-    """
-    from cory_env.rewards import AnswerCheckReward
-    from train.loop import batch_samples, play_games
-
-    checked = isinstance(game.task.reward_fn, AnswerCheckReward)
-    cells: dict[tuple[str, str], Answers] = {}
-    samples: list[dict[str, Any]] = []
-    moe: list[float] = []
-    period = game.settings.role_exchange_period
-    for shift in range(game.n_agents):
-        for b in range(batches):
-            game.reset(seed=seed + b, options={"episode": shift * period})
-            play_games(game, learners)  # no end_rollout: nothing is collected or learned
-            stats = {a: learners[a].turn_stats(game.observe(a)) for a in game.possible_agents}
-            for agent, role in game.roles.items():
-                answers = record(game, agent, stats[agent], checked)
-                cells.setdefault((agent, role), Answers()).extend(answers)
-            if all("value" in s for s in stats.values()) and len(stats) == 2:
-                values = np.stack([stats[a]["value"] for a in game.possible_agents])
-                scores = np.stack([game.scores[a] for a in game.possible_agents])
-                moe.extend(scores[values.argmax(axis=0), np.arange(game.batch_size)].tolist())
-            if b == 0:
-                samples.extend(batch_samples(game, show))
-    return cells, samples, moe
-
-
-# ----------------------------------------------------------------------------- metrics
-def cell_metrics(answers: Answers, etas: tuple[float, ...], checked: bool) -> dict[str, Any]:
-    """The reported numbers of one cell (``train/metrics.py`` defines each)."""
-    has_kl = len(answers.kls) == len(answers.scores)
-    row: dict[str, Any] = {
-        "reward": metrics.summary(answers.scores),
-        "kl": metrics.summary(answers.kls) if has_kl else None,
-        "objective": metrics.objectives(answers.scores, answers.kls, etas) if has_kl else None,
-        "pass@k": None,
-        "distinct_1": metrics.distinct_n(answers.texts, 1),
-        "distinct_2": metrics.distinct_n(answers.texts, 2),
-        "repetitive": metrics.repetition_share(answers.texts),
-        "hit_budget": float(np.mean(answers.hit_budget)),
-        "length": float(np.mean(answers.lengths)),
-        "entropy": float(np.mean(answers.entropies)) if answers.entropies else None,
+def build_result(
+    evaluator: Evaluator,
+    config: Any,
+    answers: dict[str, list[Any]],
+    *,
+    run_dir: Path | None = None,
+    updates: int | None = None,
+    base: dict[str, list[Any]] | None = None,
+    samples: dict[str, list[dict[str, Any]]] | None = None,
+    moe: dict[str, float] | None = None,
+    common: bool = True,
+    etas: tuple[float, ...] = metrics.ETAS,
+) -> dict[str, Any]:
+    """``eval.json``: the set, every answer, and the summaries computed from them."""
+    rows, summary = report.summarise(answers, etas, evaluator.checked, base)
+    return {
+        "format": FORMAT,
+        "run": str(run_dir) if run_dir is not None else None,
+        "updates": updates,
+        "task": config.task,
+        "algorithm": config.algorithm,
+        "model": config.model,
+        **evaluator.describe(),
+        "common_random_numbers": common,
+        "etas": list(etas),
+        "rows": rows,
+        "summary": summary,
+        "samples": samples or {},
+        **({"score_moe": moe} if moe else {}),
+        "answers": answers,
     }
-    if checked:
-        correct = np.stack(answers.correct)
-        row["pass@k"] = {
-            str(k): metrics.mean_pass_at_k(correct, k) for k in metrics.pass_ks(correct.shape[1])
-        }
-    return row
-
-
-def table_rows(
-    model: str, cells: dict[tuple[str, str], Answers], etas: tuple[float, ...], checked: bool
-) -> list[dict[str, Any]]:
-    """One row per agent and role. The reference is not pooled over seats: every row holds
-    the same number of answers, since distinct-n falls as answers are added."""
-    order = sorted(cells, key=lambda cell: (cell[0], _role_key(cell[1])))
-    return [
-        {
-            "model": model,
-            "agent": agent,
-            "role": role,
-            **cell_metrics(cells[agent, role], etas, checked),
-        }
-        for agent, role in order
-    ]
-
-
-def _role_key(role: str) -> tuple[int, str]:
-    return (0 if role == "pioneer" else 1, role)
-
-
-def pooled(cells: dict[tuple[str, str], Answers]) -> dict[str, dict[str, float]]:
-    """Mean reward and KL over all agents, per role and over all roles (``all``)."""
-    by: dict[str, Answers] = {"all": Answers()}
-    for (_, role), answers in cells.items():
-        by["all"].extend(answers)
-        by.setdefault(role, Answers()).extend(answers)
-    out = {}
-    for role, a in by.items():
-        out[role] = {"reward": float(np.mean(a.scores)), "n": len(a.scores)}
-        if len(a.kls) == len(a.scores):
-            out[role]["kl"] = float(np.mean(a.kls))
-    return out
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -220,72 +255,66 @@ def evaluate(
     config: Any,
     run_dir: Path | None = None,
     *,
-    batches: int = 2,
-    batch_size: int = 32,
-    k: int | None = None,
-    seed: int = 1234,
+    samples: int | None = None,
+    batch_size: int | None = None,
+    seed: int | None = None,
+    max_queries: int | None = None,
     show: int = 3,
     reference: bool = True,
     task_settings: dict[str, Any] | None = None,
     device: str | None = None,
     etas: tuple[float, ...] = metrics.ETAS,
 ) -> dict[str, Any]:
-    """Evaluate the base model (``reference``) and, with ``run_dir``, the run's agents.
+    """Evaluate the base model (``reference``) and, with ``run_dir``, the run's agents, on
+    the fixed set of the task's held-out queries, each answered ``samples`` times.
 
-    ``k`` answers per query (default: 4 for answer-checked tasks, else the run's
-    ``group_size``); ``task_settings`` override the held-out ones.
-    """
+    ``samples``, ``batch_size``, ``seed`` and ``max_queries`` default to the config's
+    ``eval_*`` settings, so a run's final evaluation plays the set its evaluations along
+    training played."""
     from train.checkpoint import find_checkpoint
     from train.run import build_game_and_learners
 
     if run_dir is None and not reference:
         raise ValueError("nothing to evaluate: no run and no reference")
-    settings, note, held_out = held_out_settings(config.task, config.task_settings)
-    settings.update(task_settings or {})
-    checked = config.task in ("gsm8k", "arith")
-    group = k if k is not None else (4 if checked else config.group_size)
-    if batch_size % group:
-        raise ValueError(f"batch_size ({batch_size}) must be a multiple of k ({group})")
-    cfg = eval_config(config, batch_size, group, settings, device)
+    given = {"eval_samples": samples, "eval_batch_size": batch_size, "eval_seed": seed,
+             "eval_queries": max_queries, "device": device}  # fmt: skip
+    config = dataclasses.replace(config, **{k: v for k, v in given.items() if v is not None})
+    config.validate()  # the evaluation's settings too, before any model loads
     if run_dir is not None:
         find_checkpoint(run_dir)  # a run without a checkpoint fails before models load
-    game, learners = build_game_and_learners(cfg)
-    if config.task == "arith" and held_out:
-        dropped = drop_training_queries(game, config)
-        note += f" ({dropped} of them dropped)"
-    if not held_out:
-        warnings.warn(f"evaluating on training queries: {note}", stacklevel=2)
-    checked = checked or _answer_checked(game)
-    result: dict[str, Any] = {
-        "run": str(run_dir) if run_dir is not None else None,
-        "task": config.task,
-        "algorithm": config.algorithm,
-        "model": config.model,
-        "held_out": {"held_out": held_out, "note": note, "task_settings": settings},
-        "seed": seed,
-        "batches_per_role": batches,
-        "batch_size": batch_size,
-        "group_size": group,
-        "games_per_role": batches * batch_size,
-        "etas": list(etas),
-        "answer_checked": checked,
-        "rows": [],
-        "summary": {},
-        "samples": {},
-    }
-    todo = (["reference"] if reference else []) + (["trained"] if run_dir is not None else [])
+    game, learners = build_game_and_learners(config)
+    evaluator = Evaluator(
+        config, game.tokenizers, samples=config.eval_samples,
+        batch_size=config.eval_batch_size, seed=config.eval_seed,
+        max_queries=config.eval_queries, task_settings=task_settings,
+    )  # fmt: skip
+    if not evaluator.held_out:
+        warnings.warn(f"evaluating on training queries: {evaluator.note}", stacklevel=2)
+    todo = ([report.REFERENCE] if reference else []) + ([report.TRAINED] if run_dir else [])
+    tables, shown, moe, common = [], {}, {}, True
     for model in todo:
-        if model == "trained":
+        if model == report.TRAINED:
             folder = find_checkpoint(run_dir)
             for agent, learner in learners.items():
                 learner.load(folder / agent)
-        cells, samples, moe = play_every_role(game, learners, batches, seed, show)
-        result["rows"] += table_rows(model, cells, etas, checked)
-        result["summary"][model] = pooled(cells)
-        result["samples"][model] = samples
-        if config.algorithm == "moe" and moe:
-            result.setdefault("score_moe", {})[model] = float(np.mean(moe))
-    return result
+        answers, shown[model], scores, same = evaluator.play(learners, model, show)
+        tables.append(answers)
+        common = common and same
+        if config.algorithm == "moe" and scores:
+            moe[model] = float(np.mean(scores))
+    return build_result(
+        evaluator, config, report.concat(*tables), run_dir=run_dir, samples=shown, moe=moe,
+        common=common, etas=etas, updates=_checkpoint_updates(run_dir),
+    )  # fmt: skip
+
+
+def _checkpoint_updates(run_dir: Path | None) -> int | None:
+    """How many updates the run's checkpoint holds (None without a run)."""
+    if run_dir is None:
+        return None
+    from train.checkpoint import checkpoint_updates
+
+    return checkpoint_updates(run_dir)
 
 
 def _answer_checked(game: Any) -> bool:
@@ -295,54 +324,23 @@ def _answer_checked(game: Any) -> bool:
 
 
 # ----------------------------------------------------------------------------- output
-def _num(value: float | None, digits: int = 3) -> str:
-    return "" if value is None else f"{value:.{digits}f}"
-
-
-def to_markdown(result: dict[str, Any]) -> str:
-    """Two tables: reward, KL and the objectives; then pass@k and collapse indicators."""
-    etas = result["etas"]
-    ks = sorted({int(k) for r in result["rows"] for k in (r["pass@k"] or {})})
-    head = (
-        f"Evaluation of {result['run'] or 'the base model'}: task {result['task']}, "
-        f"{result['held_out']['note']}; {result['games_per_role']} games per role "
-        f"({result['group_size']} answer(s) per query), seed {result['seed']}."
-    )
-    lines = [head, ""]
-    cols = ["model", "agent", "role", "n", "reward", "95% CI", "KL"]
-    cols += [f"r - {eta:g} KL" for eta in etas]
-    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in result["rows"]:
-        rw, kl, obj = r["reward"], r["kl"], r["objective"] or {}
-        cells = [r["model"], r["agent"], r["role"], str(rw["n"]),
-                 f"{rw['mean']:.3f} ± {rw['std']:.3f}",
-                 f"[{rw['ci95'][0]:.3f}, {rw['ci95'][1]:.3f}]",
-                 "" if kl is None else f"{kl['mean']:.3f} ± {kl['std']:.3f}"]  # fmt: skip
-        cells += [_num(obj.get(f"{eta:g}")) for eta in etas]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
-    cols = ["model", "agent", "role", *(f"pass@{k}" for k in ks)]
-    cols += ["distinct-1", "distinct-2", "repetitive", "hit budget", "length", "entropy"]
-    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in result["rows"]:
-        passes = r["pass@k"] or {}
-        cells = [r["model"], r["agent"], r["role"], *(_num(passes.get(str(k))) for k in ks)]
-        cells += [_num(r["distinct_1"]), _num(r["distinct_2"]), _num(r["repetitive"]),
-                  _num(r["hit_budget"]), _num(r["length"], 1), _num(r["entropy"])]  # fmt: skip
-        lines.append("| " + " | ".join(cells) + " |")
-    if "score_moe" in result:
-        moe = ", ".join(f"{m} {v:.3f}" for m, v in result["score_moe"].items())
-        lines += ["", f"MoE (per query the answer of higher value): reward {moe}."]
-    return "\n".join(lines) + "\n"
-
-
-def write_eval(folder: Path, result: dict[str, Any]) -> tuple[Path, Path]:
-    """``eval.json`` and ``eval.md`` in ``folder``."""
+def write_eval(folder: Path, result: dict[str, Any], stem: str = "eval") -> tuple[Path, Path]:
+    """``{stem}.json`` and ``{stem}.md`` in ``folder``, each written beside and then moved
+    into place, so an interrupted write never leaves a partial file; an earlier
+    evaluation of the same name is kept, renamed with its time."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = folder / "eval.json", folder / "eval.md"
-    json_path.write_text(json.dumps(result, indent=1) + "\n")
-    md_path.write_text(to_markdown(result))
+    json_path, md_path = folder / f"{stem}.json", folder / f"{stem}.md"
+    if stem == "eval" and json_path.exists():
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(json_path.stat().st_mtime))
+        for path in (json_path, md_path):
+            if path.exists():
+                path.rename(path.with_name(f"{stem}-{stamp}{path.suffix}"))
+    for path, text in ((json_path, json.dumps(result) + "\n"),
+                       (md_path, report.to_markdown(result))):  # fmt: skip
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, path)
     return json_path, md_path
 
 
@@ -383,10 +381,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "--task_settings", type=_flag_value, default=None,
         help="override the held-out task settings, e.g. '{split: train}'",
     )  # fmt: skip
-    parser.add_argument("--batch_size", type=int, default=32)
-    parser.add_argument("--batches", type=int, default=2, help="batches per role rotation")
-    parser.add_argument("--k", type=int, help="answers per query (default 4 for gsm8k/arith)")
-    parser.add_argument("--seed", type=int, default=1234)
+    parser.add_argument("--samples", type=int, help="answers per query (default: the run's "
+                        "eval_samples, 4)")  # fmt: skip
+    parser.add_argument("--max_queries", type=int, help="the first N distinct queries only")
+    parser.add_argument("--batch_size", type=int, help="games per batch (default 32)")
+    parser.add_argument("--seed", type=int, help="fixes budgets and uniforms (default 1234)")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--show", type=int, default=3, help="sample exchanges kept per role")
     parser.add_argument("--no_reference", action="store_true", help="skip the base-model rows")
@@ -394,9 +393,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parser.parse_args(argv)
     runs = [*args.runs, *args.run]
     options = {
-        "batches": args.batches, "batch_size": args.batch_size, "k": args.k, "seed": args.seed,
-        "show": args.show, "reference": not args.no_reference,
-        "task_settings": args.task_settings, "device": args.device,
+        "samples": args.samples, "batch_size": args.batch_size, "seed": args.seed,
+        "max_queries": args.max_queries, "show": args.show,
+        "reference": not args.no_reference, "task_settings": args.task_settings,
+        "device": args.device,
     }  # fmt: skip
     results = []
     try:
@@ -415,7 +415,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     except (SettingError, FileNotFoundError, CheckpointError, ValueError) as err:
         parser.error(str(err))
     for result in results:
-        print(to_markdown(result))
+        print(report.to_markdown(result))
         for s in result["samples"].get("trained", result["samples"].get("reference", []))[:3]:
             print(json.dumps(s, ensure_ascii=False))
         if result["run"]:

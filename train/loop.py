@@ -22,18 +22,33 @@ from cory_env import BatchedTextGame
 from train.checkpoint import CheckpointWriter, load_checkpoint
 from train.config import TrainConfig
 from train.distributed import Processes
-from train.plots import plot_run
+from train.plots import EVAL_KEY, plot_run
 
 
-def make_game(config: TrainConfig, tokenizers: Any) -> BatchedTextGame:
-    """The batched game of a config; ``tokenizers`` is one tokenizer or one per seat."""
-    settings: dict[str, Any] = dict(config.task_settings)
+def make_game(
+    config: TrainConfig,
+    tokenizers: Any,
+    *,
+    task: Any = None,
+    task_settings: dict[str, Any] | None = None,
+    group_size: int | None = None,
+    batch_size: int | None = None,
+) -> BatchedTextGame:
+    """The batched game of a config; ``tokenizers`` is one tokenizer or one per seat.
+
+    Evaluation plays the same game on its own terms: another ``task_settings`` (the held-out
+    split), or a ``task`` already built, with its own ``group_size`` and ``batch_size``."""
+    settings: dict[str, Any] = (
+        {}
+        if task is not None
+        else dict(config.task_settings if task_settings is None else task_settings)
+    )
     settings.update(
         n_agents=config.n_agents,
         lam=config.lam,
         role_exchange_period=config.role_exchange_period,
         sees=config.sees,
-        group_size=config.group_size,
+        group_size=config.group_size if group_size is None else group_size,
         reward_norm=config.reward_norm,
     )
     if config.max_new_tokens is not None:
@@ -41,7 +56,10 @@ def make_game(config: TrainConfig, tokenizers: Any) -> BatchedTextGame:
     if config.context_length is not None:
         settings["context_length"] = config.context_length
     return BatchedTextGame(
-        config.task, batch_size=config.batch_size, tokenizer=tokenizers, **settings
+        config.task if task is None else task,
+        batch_size=config.batch_size if batch_size is None else batch_size,
+        tokenizer=tokenizers,
+        **settings,
     )
 
 
@@ -100,11 +118,14 @@ class RunDirectory:
         return self._tb
 
     def log_metrics(self, row: dict[str, Any]) -> None:
+        """One row of ``metrics.jsonl`` and TensorBoard: an iteration's, or an evaluation's
+        (TensorBoard step: the iteration, or the evaluation's number of updates)."""
         with self.metrics_file.open("a") as f:
             f.write(json.dumps(row) + "\n")
+        step = row.get(EVAL_KEY, row["iteration"])
         for key, value in row.items():
-            if isinstance(value, (int, float)) and key != "iteration":
-                self.tensorboard.add_scalar(key, value, row["iteration"])
+            if isinstance(value, (int, float)) and key not in ("iteration", EVAL_KEY):
+                self.tensorboard.add_scalar(key, value, step)
 
     def log_samples(self, iteration: int, samples: list[dict[str, Any]]) -> None:
         with self.samples_file.open("a") as f:
@@ -198,6 +219,14 @@ def train(
         disable=not main,
     )
     checkpoints = CheckpointWriter()  # writes while the next rollout plays
+    evaluations = None
+    if config.eval_every and run is not None:  # the main process evaluates, the others go on
+        from train.eval_along import TrainingEvaluations
+
+        evaluations = TrainingEvaluations(config, game.tokenizers, run.path)
+        first = evaluations.begin(learners, start)
+        if first is not None:
+            run.log_metrics(first)
     try:
         for iteration in bar:
             t0 = time.perf_counter()
@@ -218,6 +247,8 @@ def train(
             row["games"] = game.batch_size * processes.num
             if run is not None:
                 run.log_metrics(row)
+                if evaluations is not None and evaluations.due(iteration):
+                    run.log_metrics(evaluations.after(iteration, learners))
                 if iteration % config.sample_every == 0 or iteration == config.iterations - 1:
                     run.log_samples(iteration, batch_samples(game, config.n_samples))
             if (iteration + 1) % config.checkpoint_every == 0 or iteration == config.iterations - 1:

@@ -15,9 +15,27 @@ functions turn them into the reported metrics, and each is checked by hand in
 * **hit budget**: the answer used its whole token budget without ending in EOS.
 * **pass@k** (Chen et al. 2021): with n answers to a query of which c are correct, the
   unbiased estimator ``1 - C(n-c, k) / C(n, k)``, averaged over queries.
-* **mean, std, 95% interval**: sample mean, sample standard deviation (ddof 1) and the
-  normal-approximation interval ``mean +- 1.96 std / sqrt(n)`` (answers to one query in
-  a group are not independent, so with ``group_size > 1`` the interval is a bit narrow).
+* **mean, std**: sample mean and sample standard deviation (ddof 1) over answers; the
+  interval of a mean over answers is the bootstrap over queries below, never a normal
+  interval over answers (the answers to one query are not independent).
+* **distinct-n per answer**: each answer's own distinct n-grams / its n-grams, averaged over
+  the answers that have an n-gram; it does not depend on how many answers there are.
+* **pooled distinct-n**: distinct-n over consecutive blocks of ``DISTINCT_POOL`` answers,
+  averaged over the blocks (an incomplete last block is dropped), so that rows with
+  different numbers of answers compare.
+* **t interval**: over independent units (seeds), ``mean +- t_{n-1, (1+c)/2} std / sqrt(n)``
+  with the sample std (ddof 1); none with one unit.
+* **bootstrap interval**: the percentile interval of the mean over ``n_boot`` resamples
+  (with replacement) of the units (one value per query: its mean, or a paired difference).
+* **Welch test**: ``mean(a) - mean(b)`` of two independent samples, its t interval and
+  two-sided p-value with the Welch-Satterthwaite degrees of freedom
+  ``(va/na + vb/nb)^2 / ((va/na)^2/(na-1) + (vb/nb)^2/(nb-1))``.
+* **paired test**: the one-sample t-test of the differences ``a_i - b_i`` (same seeds or
+  same queries), ``n - 1`` degrees of freedom. In both tests, when no sample varies the
+  difference is certain: p = 0 and interval ``[diff, diff]`` if it is not 0, else p = 1
+  and interval ``[0, 0]``.
+* **value at matched x**: along a trajectory in order (held-out KL and reward at successive
+  evaluations), y linearly interpolated on the first segment that reaches x.
 """
 
 from __future__ import annotations
@@ -27,11 +45,13 @@ import re
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+from scipy import stats
 
 ETAS = (1e-5, 1e-4, 1e-3, 1e-2)
 """The KL weights of the paper's combined objective ``r - eta * KL`` (rebuttal R1-3)."""
-Z95 = 1.959963984540054
-"""Two-sided 95% quantile of the standard normal distribution."""
+DISTINCT_POOL = 64
+"""Answers per block of pooled distinct-n: pooled distinct-n falls as answers are added (the
+same n-grams recur), so it is only comparable over a fixed number of answers."""
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 
 
@@ -103,17 +123,6 @@ def pass_ks(n: int) -> list[int]:
     return ks + [n] if n > 1 else ks
 
 
-def summary(values: Sequence[float]) -> dict[str, float]:
-    """Mean, sample std (ddof 1) and the normal-approximation 95% interval of the mean."""
-    x = np.asarray(values, dtype=float)
-    if x.size == 0:
-        raise ValueError("summary of no values")
-    mean = float(x.mean())
-    std = float(x.std(ddof=1)) if x.size > 1 else 0.0
-    half = Z95 * std / math.sqrt(x.size)
-    return {"mean": mean, "std": std, "ci95": [mean - half, mean + half], "n": int(x.size)}
-
-
 def objectives(
     rewards: Sequence[float], kls: Sequence[float], etas: Sequence[float] = ETAS
 ) -> dict[str, float]:
@@ -135,3 +144,176 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
             front.append(i)
             best = points[i][1]
     return front
+
+
+def distinct_n_per_answer(texts: Iterable[str], n: int) -> float | None:
+    """Mean over answers of their own distinct-n: independent of the number of answers.
+
+    Answers without an n-gram are left out; None when no answer has one.
+    """
+    shares = []
+    for text in texts:
+        grams = ngrams(answer_tokens(text), n)
+        if grams:
+            shares.append(len(set(grams)) / len(grams))
+    return float(np.mean(shares)) if shares else None
+
+
+def distinct_n_pooled(texts: Sequence[str], n: int, pool: int = DISTINCT_POOL) -> float | None:
+    """:func:`distinct_n` over consecutive blocks of exactly ``pool`` answers, averaged.
+
+    A last incomplete block is dropped, so every block is comparable; None when there are
+    fewer than ``pool`` answers.
+    """
+    if pool < 1:
+        raise ValueError(f"pool must be at least 1, got {pool}")
+    blocks = [texts[i : i + pool] for i in range(0, len(texts) - pool + 1, pool)]
+    return float(np.mean([distinct_n(b, n) for b in blocks])) if blocks else None
+
+
+def _check_confidence(confidence: float) -> None:
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must lie in (0, 1), got {confidence}")
+
+
+def _mean_var(x: np.ndarray) -> tuple[float, float]:
+    """Mean and sample variance (ddof 1), exactly (x[0], 0.0) when all values are equal.
+
+    Summing equal floats can leave rounding noise (std ~1e-17) that would turn a certain
+    difference into a t statistic of 1e16; equal values are exactly constant here.
+    """
+    if np.all(x == x[0]):
+        return float(x[0]), 0.0
+    return float(x.mean()), float(x.var(ddof=1))
+
+
+def t_interval(values: Sequence[float], confidence: float = 0.95) -> dict:
+    """Mean, sample std (ddof 1) and Student-t interval of the mean over independent units.
+
+    With few units (seeds) the normal quantile is too narrow; ``t_{n-1}`` is exact for
+    normal units. One value has no spread: std and ci are None (reported as "n/a").
+    """
+    _check_confidence(confidence)
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise ValueError("t_interval of no values")
+    mean, var = _mean_var(x)
+    if x.size == 1:
+        return {"mean": mean, "std": None, "n": 1, "ci": None}
+    std = math.sqrt(var)
+    half = float(stats.t.ppf((1 + confidence) / 2, x.size - 1)) * std / math.sqrt(x.size)
+    return {"mean": mean, "std": std, "n": int(x.size), "ci": [mean - half, mean + half]}
+
+
+def bootstrap_ci(
+    values: Sequence[float], confidence: float = 0.95, n_boot: int = 2000, seed: int = 0
+) -> list[float] | None:
+    """Percentile bootstrap interval of the mean of units (e.g. per-query means).
+
+    Resampling whole units keeps the answers to one query together, which the normal
+    interval over answers ignores. Deterministic for a seed; None for fewer than 2 values;
+    exactly ``[v, v]`` when every value is v.
+    """
+    _check_confidence(confidence)
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be at least 1, got {n_boot}")
+    x = np.asarray(values, dtype=float)
+    if x.size < 2:
+        return None
+    if np.all(x == x[0]):
+        return [float(x[0]), float(x[0])]
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(n_boot, x.size))].mean(axis=1)
+    lo, hi = np.quantile(means, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return [float(lo), float(hi)]
+
+
+def per_unit_means(units: Sequence, values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct units, mean of ``values`` per unit): per-answer numbers to per-query.
+
+    The answers to one query are not independent; their mean is one unit for the bootstrap.
+    """
+    u, v = np.asarray(units), np.asarray(values, dtype=float)
+    if u.shape != v.shape or u.ndim != 1:
+        raise ValueError(f"units and values must be 1-D of one length, got {u.shape}, {v.shape}")
+    distinct, inverse = np.unique(u, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    sums = np.bincount(inverse, weights=v, minlength=distinct.size)
+    counts = np.bincount(inverse, minlength=distinct.size)
+    return distinct, sums / np.maximum(counts, 1)
+
+
+def _t_test(diff: float, se: float, df: float, confidence: float) -> tuple[list[float], float]:
+    """Interval and two-sided p-value of ``diff`` with standard error ``se`` and ``df``.
+
+    ``se == 0`` means the difference is certain: ``[diff, diff]`` and p 0, or ``[0, 0]`` and
+    p 1 when it is 0.
+    """
+    if se == 0.0:
+        return ([diff, diff], 0.0) if diff != 0.0 else ([0.0, 0.0], 1.0)
+    half = float(stats.t.ppf((1 + confidence) / 2, df)) * se
+    p = float(2 * stats.t.sf(abs(diff) / se, df))
+    return [diff - half, diff + half], p
+
+
+def welch_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> dict | None:
+    """Welch's t-test of ``mean(a) - mean(b)`` for two independent samples (e.g. seeds).
+
+    Welch does not assume equal variances; its degrees of freedom are Welch-Satterthwaite's.
+    None when either sample has fewer than 2 values. When neither sample varies the
+    difference is certain: p = 0.0 and ci ``[diff, diff]`` if the means differ, p = 1.0 and
+    ci ``[0, 0]`` if they are equal; df is then ``n_a + n_b - 2`` (Welch's is 0/0).
+    """
+    _check_confidence(confidence)
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size < 2 or y.size < 2:
+        return None
+    (ma, va), (mb, vb) = _mean_var(x), _mean_var(y)
+    sa, sb = va / x.size, vb / y.size
+    diff = ma - mb
+    if sa + sb == 0.0:
+        df = float(x.size + y.size - 2)
+    else:
+        df = (sa + sb) ** 2 / (sa**2 / (x.size - 1) + sb**2 / (y.size - 1))
+    ci, p = _t_test(diff, math.sqrt(sa + sb), df, confidence)
+    return {"diff": diff, "ci": ci, "p": p, "df": df, "n_a": int(x.size), "n_b": int(y.size)}
+
+
+def paired_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> dict | None:
+    """Paired t-test: the one-sample t-test of ``a_i - b_i`` (same seeds or same queries).
+
+    Pairing removes what a_i and b_i share (the seed's or query's difficulty), so it sees
+    differences Welch misses. None for fewer than 2 pairs; when all differences are equal
+    the rule of :func:`welch_test` applies (p 0 and ``[d, d]``, or p 1 and ``[0, 0]``).
+    """
+    _check_confidence(confidence)
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.shape != y.shape:
+        raise ValueError(f"paired samples need one length, got {x.size} and {y.size}")
+    if x.size < 2:
+        return None
+    diff, var = _mean_var(x - y)
+    df = float(x.size - 1)
+    ci, p = _t_test(diff, math.sqrt(var / x.size), df, confidence)
+    return {"diff": diff, "ci": ci, "p": p, "df": df, "n": int(x.size)}
+
+
+def value_at(xs: Sequence[float], ys: Sequence[float], x: float) -> float | None:
+    """y where a trajectory (in order) first reaches x, linearly interpolated on that segment.
+
+    Compares learners at matched KL: ``xs`` the held-out KL, ``ys`` the reward at successive
+    evaluations. ``ys[0]`` if ``xs[0] == x``; None if the trajectory never reaches x.
+    """
+    if len(xs) != len(ys):
+        raise ValueError(f"xs and ys need one length, got {len(xs)} and {len(ys)}")
+    if len(xs) == 0:
+        return None
+    if xs[0] == x:
+        return float(ys[0])
+    for i in range(len(xs) - 1):
+        x0, x1 = xs[i], xs[i + 1]
+        if x0 <= x <= x1 or x0 >= x >= x1:
+            if x1 == x0:  # then x0 == x, which the segment before would have caught
+                return float(ys[i])
+            return float(ys[i] + (x - x0) / (x1 - x0) * (ys[i + 1] - ys[i]))
+    return None

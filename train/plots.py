@@ -17,11 +17,25 @@ import matplotlib.pyplot as plt  # noqa: E402
 QUANTITIES = (("score", "task reward"), ("kl", "KL(pi || pi_ref)"), ("objective", "r - eta * KL"))
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
+EVAL_KEY = "eval/updates"
+"""The key that marks a row of ``metrics.jsonl`` as a held-out evaluation, not an iteration."""
+
+
+def _rows(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} a run folder?")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The training iterations' rows of a run's ``metrics.jsonl``."""
+    return [row for row in _rows(run_dir) if EVAL_KEY not in row]
+
+
+def read_evaluations(run_dir: Path) -> list[dict]:
+    """The held-out evaluations' rows (``--eval_every``), by number of updates."""
+    return sorted((r for r in _rows(run_dir) if EVAL_KEY in r), key=lambda r: r[EVAL_KEY])
 
 
 def _groups(rows: list[dict]) -> tuple[list[str], list[str]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
@@ -20,12 +19,10 @@ def human_bytes(n: float) -> str:
 
 def run_summary(run_path: Path) -> str:
     """First and last task score and KL per agent, s/iteration, peak memory, folder, disk."""
+    from train.plots import read_evaluations, read_metrics
+
     run_path = Path(run_path)
-    rows = [
-        json.loads(line)
-        for line in (run_path / "metrics.jsonl").read_text().splitlines()
-        if line.strip()
-    ]
+    rows = read_metrics(run_path)
     if not rows:
         return f"run folder: {run_path} (no iterations logged)"
     first, last = rows[0], rows[-1]
@@ -42,6 +39,15 @@ def run_summary(run_path: Path) -> str:
         f"  {sum(times) / len(times):.1f} s/iteration (after the first), "
         f"peak memory {peak / 1024:.1f} GB"
     )
+    evaluations = read_evaluations(run_path)
+    if evaluations:
+        first_eval, last_eval = evaluations[0], evaluations[-1]
+        lines.append(
+            f"  held-out reward {first_eval['eval/all/reward']:+.3f} -> "
+            f"{last_eval['eval/all/reward']:+.3f}, KL {first_eval.get('eval/all/kl', 0.0):.3f} -> "
+            f"{last_eval.get('eval/all/kl', 0.0):.3f} ({len(evaluations)} evaluations, "
+            f"updates {first_eval['eval/updates']}..{last_eval['eval/updates']}; RUN/evals/)"
+        )
     checkpoint = run_path / "checkpoint"
     ckpt = ""
     if checkpoint.exists():

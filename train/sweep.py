@@ -29,6 +29,7 @@ SWEEP_FILE = "sweep.json"
 RUN_OUTPUTS = frozenset({
     "config.yaml", "metrics.jsonl", "samples.jsonl", "tensorboard", "curves.png",
     "checkpoint", "checkpoint.old", "checkpoint.tmp", "checkpoint.trash", "eval.json", "eval.md",
+    "evals",
 })  # fmt: skip
 """What a run folder holds; a folder with anything else is never deleted."""
 
@@ -205,10 +206,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--values", nargs="+", help="its values, as typed on the command line")
     parser.add_argument("--preset", choices=sorted(PRESETS))
     parser.add_argument("--out", type=Path, help="sweep folder (default runs/sweep-<time>)")
-    parser.add_argument("--evaluate", action="store_true", help="evaluate each finished run")
-    parser.add_argument("--eval_batches", type=int, default=2)
-    parser.add_argument("--eval_batch_size", type=int, default=32)
-    parser.add_argument("--eval_k", type=int, help="answers per query (default 4 for gsm8k/arith)")
+    parser.add_argument(
+        "--evaluate", action="store_true",
+        help="evaluate each finished run on the held-out set of its eval_* settings "
+        "(training flags, e.g. --eval_samples 8)",
+    )  # fmt: skip
     args, train_flags = parser.parse_known_args(argv)
     fields = {f.name for f in dataclasses.fields(TrainConfig) if f.name != "ppo"}
     if args.setting is not None and args.setting not in fields | set(PPO_SETTINGS):
@@ -223,10 +225,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     except ValueError as err:
         parser.error(str(err))
     out = args.out or Path("runs") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
-    evaluate = None
-    if args.evaluate:
-        evaluate = {"batches": args.eval_batches, "batch_size": args.eval_batch_size,
-                    "k": args.eval_k}  # fmt: skip
+    evaluate = {} if args.evaluate else None
     if argv is None:  # from the command line: every run in this process, on the allocator
         allocator.relaunch(allocator.setting_in(train_flags))
     print(f"sweep: {len(points)} runs into {out}")

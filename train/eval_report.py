@@ -1,0 +1,250 @@
+"""Every reported number of an evaluation, recomputed from its answers alone.
+
+An evaluation records each answer (``ANSWER_COLUMNS``: which model, agent and role gave
+it, to which query and sample, with which budget, and its reward, KL, entropy, length
+and text). Everything here is a function of those columns, so ``eval.json`` can be
+summarised again by anyone, and the base model's answers of another file (the one made
+before training) can serve as the baseline of a later one.
+
+Intervals over answers are over *queries*: the answers to one query are not
+independent, so the interval is a percentile bootstrap of per-query means. The paired
+difference to the base model is matched on (agent, role, query, sample), which were
+answered with the same budget and the same sampling uniforms, averaged per query, and
+bootstrapped over queries. Definitions of the other metrics: ``train/metrics.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from train import metrics
+
+ANSWER_COLUMNS = (
+    "model", "agent", "role", "query", "sample", "budget",
+    "reward", "kl", "entropy", "length", "hit_budget", "text",
+)  # fmt: skip
+"""One list per column, one entry per answer (``eval.json["answers"]``)."""
+REFERENCE, TRAINED = "reference", "trained"
+"""Model labels: the untrained base model, and the agents of a run."""
+
+
+def empty_answers() -> dict[str, list[Any]]:
+    return {column: [] for column in ANSWER_COLUMNS}
+
+
+def concat(*tables: dict[str, list[Any]]) -> dict[str, list[Any]]:
+    return {c: [v for t in tables for v in t[c]] for c in ANSWER_COLUMNS}
+
+
+def _role_key(role: str) -> tuple[int, str]:
+    return (0 if role == "pioneer" else 1, role)
+
+
+def cells(answers: dict[str, list[Any]]) -> list[tuple[str, str, str]]:
+    """The (model, agent, role) cells that hold answers, reference first, pioneer first."""
+    keys = set(zip(answers["model"], answers["agent"], answers["role"], strict=True))
+    return sorted(keys, key=lambda k: (k[0] != REFERENCE, k[0], k[1], _role_key(k[2])))
+
+
+def _where(answers: dict[str, list[Any]], **match: Any) -> np.ndarray:
+    """Row numbers whose columns equal ``match`` (a column given as None matches all)."""
+    keep = np.ones(len(answers["model"]), dtype=bool)
+    for column, value in match.items():
+        if value is not None:
+            keep &= np.asarray(answers[column], dtype=object) == value
+    return np.flatnonzero(keep)
+
+
+def _column(answers: dict[str, list[Any]], column: str, rows: np.ndarray) -> np.ndarray | None:
+    values = [answers[column][i] for i in rows]
+    if any(v is None for v in values):
+        return None
+    return np.asarray(values, dtype=float)
+
+
+def _over_queries(values: np.ndarray, queries: np.ndarray) -> dict[str, Any]:
+    """Mean, std over answers, and the bootstrap interval over per-query means."""
+    _, per_query = metrics.per_unit_means(queries, values)
+    return {
+        "mean": float(values.mean()),
+        "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0,
+        "ci95": metrics.bootstrap_ci(per_query),
+        "n": int(len(values)),
+        "queries": int(len(per_query)),
+    }
+
+
+def paired_difference(
+    answers: dict[str, list[Any]], rows: np.ndarray, base: dict[str, list[Any]], model: str
+) -> dict[str, Any] | None:
+    """Mean over queries of (reward - base reward), matched answer by answer on (agent,
+    role, query, sample), with the bootstrap interval over queries; None without a base."""
+    keys = ("agent", "role", "query", "sample")
+    base_rows = _where(base, model=model)
+    by_key = {tuple(base[k][i] for k in keys): base["reward"][i] for i in base_rows}
+    pairs = [(answers["query"][i], answers["reward"][i] - by_key[key])
+             for i in rows if (key := tuple(answers[k][i] for k in keys)) in by_key]  # fmt: skip
+    if not pairs:
+        return None
+    queries, diffs = (np.asarray(x) for x in zip(*pairs, strict=True))
+    _, per_query = metrics.per_unit_means(queries, diffs.astype(float))
+    return {
+        "mean": float(per_query.mean()),
+        "ci95": metrics.bootstrap_ci(per_query),
+        "pairs": len(pairs),
+        "queries": int(len(per_query)),
+    }
+
+
+def cell_metrics(
+    answers: dict[str, list[Any]],
+    rows: np.ndarray,
+    etas: Sequence[float],
+    checked: bool,
+    base: dict[str, list[Any]] | None,
+) -> dict[str, Any]:
+    """The reported numbers of one set of answers (``train/metrics.py`` defines each)."""
+    reward = _column(answers, "reward", rows)
+    kl = _column(answers, "kl", rows)
+    entropy = _column(answers, "entropy", rows)
+    queries = np.asarray([answers["query"][i] for i in rows])
+    texts = [answers["text"][i] for i in rows]
+    row: dict[str, Any] = {
+        "reward": _over_queries(reward, queries),
+        "kl": _over_queries(kl, queries) if kl is not None else None,
+        "objective": metrics.objectives(reward, kl, etas) if kl is not None else None,
+        "reward_minus_base": None,
+        "pass@k": None,
+        "repetitive": metrics.repetition_share(texts),
+        "hit_budget": float(np.mean([answers["hit_budget"][i] for i in rows])),
+        "length": float(np.mean([answers["length"][i] for i in rows])),
+        "entropy": float(entropy.mean()) if entropy is not None else None,
+    }
+    for n in (1, 2):
+        row[f"distinct_{n}"] = metrics.distinct_n_per_answer(texts, n)
+        row[f"distinct_{n}_pooled"] = metrics.distinct_n_pooled(texts, n, metrics.DISTINCT_POOL)
+    if base is not None:
+        row["reward_minus_base"] = paired_difference(answers, rows, base, REFERENCE)
+    if checked:
+        # Each query's answers (every sample, and every agent when pooled) are its n.
+        by_query: dict[Any, list[bool]] = {}
+        for q, r in zip(queries.tolist(), reward.tolist(), strict=True):
+            by_query.setdefault(q, []).append(r >= 1.0)
+        n = min(len(v) for v in by_query.values())
+        correct = np.array([v[:n] for v in by_query.values()], dtype=bool)
+        row["pass@k"] = {str(k): metrics.mean_pass_at_k(correct, k) for k in metrics.pass_ks(n)}
+    return row
+
+
+def summarise(
+    answers: dict[str, list[Any]],
+    etas: Sequence[float] = metrics.ETAS,
+    checked: bool = False,
+    base: dict[str, list[Any]] | None = None,
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """One row per (model, agent, role) cell, and per model the pooled summary per role
+    and over all roles (``all``). ``base``: the answers holding the ``reference`` model
+    (``answers`` itself when it has them), for the paired differences of other models."""
+    if base is None and REFERENCE in answers["model"]:
+        base = answers
+    rows = []
+    for model, agent, role in cells(answers):
+        picked = _where(answers, model=model, agent=agent, role=role)
+        paired = base if model != REFERENCE else None
+        rows.append({"model": model, "agent": agent, "role": role,
+                     **cell_metrics(answers, picked, etas, checked, paired)})  # fmt: skip
+    summary: dict[str, dict[str, Any]] = {}
+    for model in dict.fromkeys(m for m, _, _ in cells(answers)):
+        roles = sorted({r for m, _, r in cells(answers) if m == model}, key=_role_key)
+        for point in (*roles, "all"):
+            picked = _where(answers, model=model, role=None if point == "all" else point)
+            paired = base if model != REFERENCE else None
+            numbers = cell_metrics(answers, picked, etas, checked, paired)
+            summary.setdefault(model, {})[point] = pooled_numbers(numbers)
+    return rows, summary
+
+
+def pooled_numbers(numbers: dict[str, Any]) -> dict[str, Any]:
+    """The few numbers per model and role that comparisons read (``train/compare.py``)."""
+    out = {
+        "reward": numbers["reward"]["mean"],
+        "reward_ci95": numbers["reward"]["ci95"],
+        "n": numbers["reward"]["n"],
+        "queries": numbers["reward"]["queries"],
+        "distinct_2": numbers["distinct_2"],
+        "distinct_2_pooled": numbers["distinct_2_pooled"],
+        "repetitive": numbers["repetitive"],
+        "entropy": numbers["entropy"],
+    }
+    if numbers["kl"] is not None:
+        out["kl"] = numbers["kl"]["mean"]
+    if numbers["reward_minus_base"] is not None:
+        out["reward_minus_base"] = numbers["reward_minus_base"]
+    if numbers["pass@k"] is not None:
+        out["pass@k"] = numbers["pass@k"]
+    return out
+
+
+# ----------------------------------------------------------------------------- markdown
+def _num(value: float | None, digits: int = 3) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def _interval(ci: Sequence[float] | None, digits: int = 3) -> str:
+    return "n/a" if ci is None else f"[{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    """Two tables: reward, paired difference, KL and objectives; then pass@k and collapse."""
+    etas = result["etas"]
+    rows = result["rows"]
+    ks = sorted({int(k) for r in rows for k in (r["pass@k"] or {})})
+    es = result["eval_set"]
+    when = "" if result.get("updates") is None else f" after {result['updates']} updates"
+    head = (
+        f"Evaluation of {result['run'] or 'the base model'}{when}: task {result['task']}, "
+        f"{result['held_out']['note']}; {len(es['queries'])} distinct queries x "
+        f"{es['samples']} samples, budgets and sampling uniforms fixed by seed {es['seed']}"
+        f"{'' if result.get('common_random_numbers', True) else ' (budgets only: a learner here cannot take common random numbers)'}."  # noqa: E501
+    )
+    notes = (
+        "Intervals are 95% percentile bootstraps over queries. reward - base: the paired "
+        "difference to the base model on the same (agent, role, query, sample), averaged "
+        f"per query. Distinct-n per answer: mean over answers of each answer's own ratio; "
+        f"pooled: over blocks of {metrics.DISTINCT_POOL} answers, averaged over blocks."
+    )
+    lines = [head, "", notes, ""]
+    cols = ["model", "agent", "role", "answers", "reward", "95% CI", "reward - base", "95% CI",
+            "KL", *(f"r - {eta:g} KL" for eta in etas)]  # fmt: skip
+    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        rw, kl, obj, diff = r["reward"], r["kl"], r["objective"] or {}, r["reward_minus_base"]
+        cells_ = [r["model"], r["agent"], r["role"], str(rw["n"]),
+                  f"{rw['mean']:.3f} ± {rw['std']:.3f}", _interval(rw["ci95"]),
+                  "" if diff is None else f"{diff['mean']:+.3f}",
+                  "" if diff is None else _interval(diff["ci95"]),
+                  "" if kl is None else f"{kl['mean']:.3f} ± {kl['std']:.3f}"]  # fmt: skip
+        cells_ += [_num(obj.get(f"{eta:g}")) if obj else "" for eta in etas]
+        lines.append("| " + " | ".join(cells_) + " |")
+    lines.append("")
+    cols = ["model", "agent", "role", *(f"pass@{k}" for k in ks),
+            "distinct-1 (answer)", "distinct-2 (answer)",
+            f"distinct-1 (pooled {metrics.DISTINCT_POOL})",
+            f"distinct-2 (pooled {metrics.DISTINCT_POOL})",
+            "repetitive", "hit budget", "length", "entropy"]  # fmt: skip
+    lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        passes = r["pass@k"] or {}
+        cells_ = [r["model"], r["agent"], r["role"], *(_num(passes.get(str(k))) for k in ks)]
+        cells_ += [_num(r["distinct_1"]), _num(r["distinct_2"]),
+                   _num(r["distinct_1_pooled"]), _num(r["distinct_2_pooled"]),
+                   _num(r["repetitive"]), _num(r["hit_budget"]), _num(r["length"], 1),
+                   _num(r["entropy"])]  # fmt: skip
+        lines.append("| " + " | ".join(cells_) + " |")
+    if result.get("score_moe"):
+        moe = ", ".join(f"{m} {v:.3f}" for m, v in result["score_moe"].items())
+        lines += ["", f"MoE (per query the answer of higher value): reward {moe}."]
+    return "\n".join(lines) + "\n"
