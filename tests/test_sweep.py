@@ -71,3 +71,42 @@ def test_interrupted_sweep_skips_finished_resumes_broken_restarts_empty(
     # The same folders with another config are refused, not mixed into the sweep.
     with pytest.raises(SystemExit, match="differs in ppo"):
         sweep.main([*sweep_flags(tiny_model_dir, out), "--learning_rate", "0.5"])
+
+
+def test_committed_results_count_as_done_where_the_run_folders_are_gone(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    import shutil
+
+    from train import compare, results
+
+    out, kept = tmp_path / "sweep", tmp_path / "docs" / "study"
+    hook = f"echo {{name}} >> {tmp_path / 'log'}"
+    flags = [*sweep_flags(tiny_model_dir, out), "--eval_every", "1", "--evaluate",
+             "--results", str(kept), "--on_finish", hook]  # fmt: skip
+    runs = sweep.main(flags)
+    names = [r["name"] for r in runs]
+    assert [r["status"] for r in runs] == ["new"] * 3
+    assert (tmp_path / "log").read_text().split() == names  # the hook ran after each run
+    for name in names:
+        files = {str(p.relative_to(kept / name)) for p in (kept / name).rglob("*") if p.is_file()}
+        assert files == {"config.yaml", "metrics.jsonl.gz", "eval.json.gz", "done.json",
+                         *(f"evals/updates_00000{n}.json.gz" for n in range(3))}  # fmt: skip
+        assert results.saved_iterations(kept / name) == 2
+        compact = json.loads(results.read_text(kept / name / "eval.json"))
+        assert "rows" not in compact and len(compact["answers"]["reward"]) > 0
+    # Another machine: the run folders are gone, the committed results are there.
+    shutil.rmtree(out)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a committed grid point was trained again")
+
+    monkeypatch.setattr("train.run.run_training", no_training)
+    again = sweep.main(flags)
+    assert [r["status"] for r in again] == ["committed"] * 3
+    # Asked for more iterations than were committed, a point is not done.
+    with pytest.raises(AssertionError, match="trained again"):
+        sweep.main([*flags, "--iterations", "3"])
+    # The results folder is what compare reads: trajectories and the final evaluation.
+    written = {p.name for p in compare.compare([kept], tmp_path / "cmp", point="pioneer")}
+    assert {"summary.md", "trajectory.png", "matched_kl.md"} <= written

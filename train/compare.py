@@ -40,7 +40,7 @@ from typing import Any
 import matplotlib
 import numpy as np
 
-from train import metrics
+from train import metrics, results
 from train.evaluate import FORMAT
 from train.plots import EVAL_KEY
 
@@ -88,11 +88,12 @@ def run_folders(paths: list[Path]) -> list[Path]:
 
 def final_evaluation(path: Path) -> dict[str, Any] | None:
     """``eval.json``, else the last of ``evals/``; None (with a note) for an older format."""
-    candidates = [path / "eval.json", *sorted((path / "evals").glob("updates_*.json"))[::-1]]
+    along = {p.name.removesuffix(".gz") for p in (path / "evals").glob("updates_*.json*")}
+    candidates = [path / "eval.json", *(path / "evals" / n for n in sorted(along, reverse=True))]
     for file in candidates:
-        if not file.is_file():
+        if not results.exists(file):
             continue
-        evaluation = json.loads(file.read_text())
+        evaluation = json.loads(results.read_text(file))
         if evaluation.get("format") != FORMAT:
             print(f"compare: {file} is an evaluation of an older format (no fixed set, no "
                   "answers): left out; evaluate the run again with train/evaluate.py")  # fmt: skip
@@ -106,7 +107,7 @@ def load_run(path: Path) -> Run:
     from train.plots import read_evaluations, read_metrics
 
     config = load_config_file(path / "config.yaml")
-    has_metrics = (path / "metrics.jsonl").exists()
+    has_metrics = results.exists(path / "metrics.jsonl")
     return Run(
         path,
         config,

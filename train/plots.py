@@ -22,10 +22,13 @@ EVAL_KEY = "eval/updates"
 
 
 def _rows(run_dir: Path) -> list[dict]:
+    """The rows of ``metrics.jsonl`` (or of its compact copy, ``train/results.py``)."""
+    from train import results
+
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
+    if not results.exists(path):
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} a run folder?")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in results.read_text(path).splitlines() if line.strip()]
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

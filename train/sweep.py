@@ -9,6 +9,11 @@ iteration) is skipped, a broken one (a checkpoint, not finished) resumes from it
 folder without a checkpoint (stopped before its first one) is cleared and started again.
 Seeds are the outer loop, so a sweep cut short still covers the whole grid for the first
 seeds. ``OUT/sweep.json`` lists the grid points and what happened to each.
+
+``--results DIR`` writes each finished run's compact results (``train/results.py``) into
+``DIR/<run name>``, and a point whose complete results are there is done: a study can
+commit them as each run finishes (``--on_finish "git add {results} && git commit ..."``)
+and continue on another machine, where the run folders are gone.
 """
 
 from __future__ import annotations
@@ -157,20 +162,60 @@ def write_record(out: Path, grid: dict[str, Any], runs: list[dict[str, Any]]) ->
     (out / SWEEP_FILE).write_text(json.dumps({"grid": grid, "runs": runs}, indent=1) + "\n")
 
 
+def committed(point: GridPoint, train_flags: list[str], preset: str | None,
+              results_dir: Path) -> bool:  # fmt: skip
+    """Whether ``results_dir`` holds complete results of this grid point's config, as long
+    as asked (``train/results.py``): then the point is done, wherever its run folder is."""
+    from train.config import parse_args
+    from train.results import saved_iterations
+
+    dest = results_dir / point.name
+    saved = saved_iterations(dest)
+    if saved is None:
+        return False
+    flags = [*(["--preset", preset] if preset else []), *train_flags, *point.flags(dest)]
+    wanted, _ = parse_args(flags, point.algorithm)
+    check_same_config(dest, wanted)
+    return saved >= wanted.iterations
+
+
+def after_run(command: str, point: GridPoint, results_dir: Path | None) -> None:
+    """Run the user's ``--on_finish`` shell command (e.g. a git commit of the results);
+    a failing command is reported, and the sweep goes on."""
+    import subprocess
+
+    where = "" if results_dir is None else str(results_dir / point.name)
+    line = command.replace("{name}", point.name).replace("{results}", where)
+    done = subprocess.run(line, shell=True, check=False)  # noqa: S602 - the user's own command
+    if done.returncode != 0:
+        print(f"sweep: --on_finish exited {done.returncode} after {point.name}: {line}")
+
+
 def sweep(
     points: list[GridPoint],
     out: Path,
     train_flags: list[str],
     preset: str | None = None,
     evaluate: dict[str, Any] | None = None,
+    results_dir: Path | None = None,
+    on_finish: str | None = None,
 ) -> list[dict[str, Any]]:
     """Run every grid point in order; ``evaluate`` (options of ``evaluate_run``) evaluates
-    each finished run that has no ``eval.json`` yet. A failing run stops the sweep."""
+    each finished run that has no ``eval.json`` yet; ``results_dir`` receives each finished
+    run's compact results and counts a point whose results are there as done; then
+    ``on_finish`` runs. A failing run stops the sweep."""
+    from train.results import save_results
+
     out.mkdir(parents=True, exist_ok=True)
     grid = {"points": len(points), "preset": preset, "train_flags": train_flags}
     runs: list[dict[str, Any]] = []
     for point in points:
         record = {**asdict(point), "name": point.name, "path": str(out / point.name)}
+        if results_dir is not None and committed(point, train_flags, preset, results_dir):
+            print(f"sweep: {point.name}: its results are in {results_dir}, skipped")
+            runs.append({**record, "status": "committed"})
+            write_record(out, grid, runs)
+            continue
         try:
             record["status"] = run_point(point, out, train_flags, preset)
         except BaseException:
@@ -185,8 +230,13 @@ def sweep(
 
             evaluate_run(out / point.name, **evaluate)
             record["evaluated"] = True
+        if results_dir is not None:
+            save_results(out / point.name, results_dir / point.name)
+            record["results"] = str(results_dir / point.name)
         runs.append(record)
         write_record(out, grid, runs)
+        if on_finish:
+            after_run(on_finish, point, results_dir)
     return runs
 
 
@@ -211,6 +261,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="evaluate each finished run on the held-out set of its eval_* settings "
         "(training flags, e.g. --eval_samples 8)",
     )  # fmt: skip
+    parser.add_argument(
+        "--results", type=Path,
+        help="write each finished run's compact results into RESULTS/<run name> (to commit); "
+        "a point whose results are there is done, even where its run folder is not",
+    )  # fmt: skip
+    parser.add_argument(
+        "--on_finish", metavar="COMMAND",
+        help="a shell command run after each finished run, {name} and {results} replaced, "
+        "e.g. \"git add {results} && git commit -qm 'study: {name}'\"",
+    )  # fmt: skip
     args, train_flags = parser.parse_known_args(argv)
     fields = {f.name for f in dataclasses.fields(TrainConfig) if f.name != "ppo"}
     if args.setting is not None and args.setting not in fields | set(PPO_SETTINGS):
@@ -230,7 +290,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         allocator.relaunch(allocator.setting_in(train_flags))
     print(f"sweep: {len(points)} runs into {out}")
     try:
-        runs = sweep(points, out, train_flags, args.preset, evaluate)
+        runs = sweep(points, out, train_flags, args.preset, evaluate, args.results,
+                     args.on_finish)  # fmt: skip
     except (SettingError, FileExistsError, ValueError) as err:
         raise SystemExit(f"error: {err}") from None
     print(f"sweep: done; compare with: python train/compare.py {out}")
