@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -126,6 +127,12 @@ class ElasticReset:
 
     def use_sampling_noise(self, noise: np.ndarray | None) -> None:
         self.agent.use_sampling_noise(noise)
+
+    def export(
+        self, path: Path, tokenizer: Any, merge: bool = False, info: dict | None = None
+    ) -> Path:
+        """The online policy, as PPO exports it (``agents/export.py``)."""
+        return self.agent.export(path, tokenizer, merge, info)
 
     def learn(self) -> dict[str, float]:
         """PPO's update, then the EMA update, then the reset every ``reset_freq`` calls."""

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.base import PROTOCOL_METHODS, Learner
-from cory_env.checks import SettingError
+from cory_env.checks import SettingError, free_name
 
 
 @dataclass
@@ -70,13 +70,18 @@ def _missing_methods(obj: Any) -> list[str]:
 
 
 def register_learner(
-    name: str, *, config: type | None = None, check: Callable[[Any], None] | None = None
+    name: str,
+    *,
+    config: type | None = None,
+    check: Callable[[Any], None] | None = None,
+    replace: bool = False,
 ) -> Callable:
     """Decorator for a learner class (or a factory ``seat -> learner``) named ``name``.
 
     ``config`` is the dataclass of its hyper-parameters (``validate()`` is called if it has
     one); ``check(run_config)`` may refuse a game the learner cannot play. A class that
-    lacks a protocol method is refused here, at import, not mid-run.
+    lacks a protocol method is refused here, at import, not mid-run; so is a name another
+    learner holds, unless ``replace=True`` (as tasks are registered).
     """
     if config is not None and not dataclasses.is_dataclass(config):
         raise TypeError(f"learner {name!r}: config must be a dataclass, got {config!r}")
@@ -89,6 +94,7 @@ def register_learner(
                     f"learner {name!r} ({factory.__qualname__}) does not implement the "
                     f"Learner protocol: it lacks {missing} (see agents/base.py)"
                 )
+        free_name(_REGISTRY, name, factory, "learner", replace, lambda spec: spec.factory)
         doc = (factory.__doc__ or "").strip().splitlines()
         _REGISTRY[name] = LearnerSpec(name, factory, config, doc[0] if doc else "", check)
         return factory

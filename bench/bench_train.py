@@ -309,19 +309,11 @@ def _wrap(obj: Any, name: str, make: Any) -> None:
     setattr(obj, name, make(getattr(obj, name)))
 
 
-def instrument(rec: Recorder, game: Any, learners: dict[str, PPOAgent]) -> dict[str, Any]:
-    """Wrap the game's reset and each learner's methods with the recorder's timers."""
+def instrument(rec: Recorder, learners: dict[str, PPOAgent]) -> dict[str, Any]:
+    """Wrap each learner's methods with the recorder's timers (the loop is timed by
+    :class:`LoopTimer`)."""
     captured: dict[str, Any] = {"prompts": {}}
 
-    def reset(orig):
-        def timed(*args, **kwargs):
-            rec.start_iteration()
-            with rec.phase("rollout"):
-                return orig(*args, **kwargs)
-
-        return timed
-
-    _wrap(game, "reset", reset)
     for agent, learner in learners.items():
         if not isinstance(learner, PPOAgent):
             raise TypeError(f"{agent}: bench_train measures PPO learners, got {type(learner)}")
@@ -451,63 +443,31 @@ def _instrument_learner(
     _wrap(learner.optimizer, "step", step)
 
 
-@contextlib.contextmanager
-def instrument_loop(rec: Recorder, iterations: int) -> Iterator[None]:
-    """Time the loop's own calls: play_batch, logging, checkpointing (restored after).
+class LoopTimer(loop.Callback):
+    """Times the loop's own phases through its hooks: the rollout (which starts an
+    iteration), checkpointing, logging and the plots.
 
     The wait for the last checkpoint, after the last iteration, has no rollout to hide
     behind; it is reported once per run ("final checkpoint write"), not in the table.
+    Learning is timed by the learners' own phases, evaluation is not run by the bench.
     """
-    saved = {
-        (loop, "play_batch"): loop.play_batch,
-        (loop.CheckpointWriter, "save"): loop.CheckpointWriter.save,
-        (loop.CheckpointWriter, "wait"): loop.CheckpointWriter.wait,
-        (loop, "plot_run"): loop.plot_run,
-        (loop.RunDirectory, "log_metrics"): loop.RunDirectory.log_metrics,
-        (loop.RunDirectory, "log_samples"): loop.RunDirectory.log_samples,
-    }
 
-    def timed(name: str, orig: Any) -> Any:
-        def call(*args, **kwargs):
-            with rec.phase(name):
-                return orig(*args, **kwargs)
+    TIMED = ("rollout", "checkpoint", "logging", "final checkpoint write", "plots")
 
-        return call
+    def __init__(self, rec: Recorder) -> None:
+        self.rec = rec
 
-    def plots(*args, **kwargs):
-        rec.end_iteration()  # the loop is over: the last iteration ends here
-        with rec.phase("plots"):
-            return saved[(loop, "plot_run")](*args, **kwargs)
-
-    saves = [0]
-
-    def save(*args, **kwargs):
-        saves[0] += 1
-        with rec.phase("checkpoint"):
-            return saved[(loop.CheckpointWriter, "save")](*args, **kwargs)
-
-    def wait(*args, **kwargs):
-        orig = saved[(loop.CheckpointWriter, "wait")]
-        if rec.inside("checkpoint"):  # save() first waits for the previous write
-            return orig(*args, **kwargs)
-        if saves[0] == iterations:
-            rec.end_iteration()
-            with rec.phase("final checkpoint write"):
-                return orig(*args, **kwargs)
-        with rec.phase("checkpoint"):
-            return orig(*args, **kwargs)
-
-    loop.play_batch = timed("rollout", loop.play_batch)
-    loop.CheckpointWriter.save = save
-    loop.CheckpointWriter.wait = wait
-    loop.plot_run = plots
-    loop.RunDirectory.log_metrics = timed("logging", loop.RunDirectory.log_metrics)
-    loop.RunDirectory.log_samples = timed("logging", loop.RunDirectory.log_samples)
-    try:
-        yield
-    finally:
-        for (owner, name), value in saved.items():
-            setattr(owner, name, value)
+    @contextlib.contextmanager
+    def phase(self, name: str, iteration: int) -> Iterator[None]:
+        if name == "rollout":
+            self.rec.start_iteration()
+        elif name in ("final checkpoint write", "plots"):
+            self.rec.end_iteration()  # the loop is over: the last iteration ends here
+        if name not in self.TIMED:
+            yield
+            return
+        with self.rec.phase(name):
+            yield
 
 
 # ----------------------------------------------------------------------------- generate
@@ -693,7 +653,7 @@ def run_one(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
         learner = next(iter(learners.values()))
         device = learner.device
         rec = Recorder(device)
-        captured = instrument(rec, game, learners)
+        captured = instrument(rec, learners)
         counts = rec.counts
         lm_cfg = learner.model.lm.config.get_text_config()
         hidden = lm_cfg.hidden_size
@@ -705,8 +665,7 @@ def run_one(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
             shapes.append((8192, 8192, 8192))
         peaks = matmul_peak(device, dtype, shapes)
 
-        with instrument_loop(rec, config.iterations):
-            loop.train(config, learners, game, run_dir)
+        loop.train(config, learners, game, run_dir, callbacks=[LoopTimer(rec)])
         # Measured again after the run (a busy machine may slow one of the two); best kept.
         after = matmul_peak(device, dtype, shapes)
         before, peaks = peaks, {shape: max(peaks[shape], after[shape]) for shape in shapes}

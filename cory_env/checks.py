@@ -9,7 +9,7 @@ an ``int`` to Python, but ``role_exchange_period=True`` is a mistake, not a 1).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from numbers import Integral, Real
 from typing import Any
 
@@ -105,3 +105,25 @@ def text(value: Any, name: str, *, where: str = "", hint: str = "") -> str:
     if not isinstance(value, str) or not value:
         raise fail(name, "a non-empty string", value, where, hint)
     return value
+
+
+def free_name(registry: Mapping[str, Any], name: str, factory: Any, kind: str,
+              replace: bool, registered: Any = None) -> None:  # fmt: skip
+    """Refuse registering ``factory`` under a ``name`` that another factory holds, unless
+    ``replace``. The same function registered again (a reloaded module makes a new object
+    of the same module and name) is not a duplicate. ``registered`` gets the holder's
+    factory from a registry entry (default: the entry itself)."""
+
+    def key(f: Any) -> tuple[Any, Any]:
+        return getattr(f, "__module__", None), getattr(f, "__qualname__", id(f))
+
+    if name not in registry or replace:
+        return
+    old = registry[name] if registered is None else registered(registry[name])
+    if old is factory or key(old) == key(factory):
+        return
+    holder = getattr(old, "__qualname__", repr(old))
+    raise ValueError(
+        f"{kind} {name!r} is already registered (by {holder}); choose another name or pass "
+        "replace=True"
+    )

@@ -61,6 +61,18 @@ def test_exported_agents_reload_with_transformers_alone(tiny_model_dir, tmp_path
             torch.testing.assert_close(merged(IDS).logits, expected, rtol=1e-4, atol=1e-4)
 
 
+def test_an_elastic_reset_run_exports_its_online_policy(tiny_model_dir, tmp_path):
+    config = tiny_config(tiny_model_dir, tmp_path / "run", "elastic_reset", iterations=2)
+    run_training(config)
+    assert set(export_run(tmp_path / "run", tmp_path / "out")) == {"llm_0"}
+    game, learners = build_game_and_learners(config)
+    learners["llm_0"].load(find_checkpoint(tmp_path / "run") / "llm_0")
+    expected, _ = policy_logits(learners["llm_0"].agent.model)
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "out" / "llm_0").eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(IDS).logits, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_export_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path), str(tmp_path / "out")])

@@ -124,6 +124,26 @@ def test_a_learner_class_without_the_protocol_is_refused_at_registration():
     assert "half" not in available_learners()
 
 
+def test_a_learner_name_another_learner_holds_is_refused_like_a_task_name():
+    from agents import registry
+
+    def mine(seat):
+        """Not PPO."""
+
+    with pytest.raises(ValueError, match="learner 'ppo' is already registered.*replace=True"):
+        register_learner("ppo")(mine)
+    assert registry.learner_spec("ppo").factory is not mine
+    original = registry.learner_spec("ppo")
+    try:
+        register_learner("ppo", replace=True)(mine)
+        assert registry.learner_spec("ppo").factory is mine
+        registry._REGISTRY["ppo"] = original
+        # The same factory again (a reloaded module): not a clash.
+        register_learner("ppo", config=original.config)(original.factory)
+    finally:
+        registry._REGISTRY["ppo"] = original
+
+
 def test_a_factory_that_returns_no_learner_is_refused(tiny_model_dir, tmp_path):
     register_learner("broken")(lambda seat: object())
     try:

@@ -139,3 +139,39 @@ def test_readme_style_flags_train_end_to_end(tiny_model_dir, tmp_path, capsys):
     assert saved["ppo"]["learning_rate"] == 1e-5 and saved["lam"] == -0.5
     out = capsys.readouterr().out
     assert "run summary (2 iterations" in out and "s/iteration" in out and "on disk" in out
+
+
+def test_callbacks_see_every_phase_in_order_and_every_row(tiny_model_dir, tmp_path):
+    import contextlib
+
+    from train.loop import Callback, train
+    from train.run import build_game_and_learners
+
+    class Record(Callback):
+        def __init__(self):
+            self.events, self.rows = [], []
+
+        @contextlib.contextmanager
+        def phase(self, name, iteration):
+            self.events.append(("enter", name, iteration))
+            yield
+            self.events.append(("exit", name, iteration))
+
+        def on_row(self, row):
+            self.rows.append(row)
+
+    config = tiny_config(tiny_model_dir, tmp_path / "run", iterations=2, checkpoint_every=1,
+                         eval_every=2, eval_queries=2, eval_samples=1)  # fmt: skip
+    game, learners = build_game_and_learners(config)
+    record = Record()
+    train(config, learners, game, tmp_path / "run", callbacks=[record])
+    entered = [(name, it) for kind, name, it in record.events if kind == "enter"]
+    one = ["rollout", "checkpoint", "learn", "logging"]
+    assert entered == [
+        ("evaluation", 0),
+        *((name, 0) for name in [*one, "checkpoint"]),
+        *((name, 1) for name in [*one, "evaluation", "checkpoint"]),
+        ("final checkpoint write", 2), ("plots", 2),
+    ]  # fmt: skip
+    assert all(("exit", n, i) in record.events for _, n, i in record.events)
+    assert [r.get("eval/updates") for r in record.rows] == [0, None, None, 2]

@@ -6,10 +6,12 @@ any other learner share it. One iteration = one batch of ``batch_size`` games.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import resource
 import sys
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +189,42 @@ def batch_samples(game: BatchedTextGame, n: int) -> list[dict[str, Any]]:
     return out
 
 
+class Callback:
+    """Hooks into the loop: subclass and override what you need (every hook does nothing).
+
+    :meth:`phase` is entered around each phase of the loop, in this order per iteration:
+    ``rollout`` (reset and play a batch), ``checkpoint`` (wait for the previous write),
+    ``learn``, ``logging``, ``evaluation`` (when one is due), ``checkpoint`` (start the
+    next write); after the last iteration ``final checkpoint write`` and ``plots``. A
+    benchmark times them (``bench/bench_train.py``); a tracker reads :meth:`on_row`.
+    """
+
+    @contextlib.contextmanager
+    def phase(self, name: str, iteration: int) -> Iterator[None]:
+        yield
+
+    def on_row(self, row: dict[str, Any]) -> None:
+        """A row of ``metrics.jsonl`` (an iteration's or an evaluation's) as it is logged."""
+
+
+class _Hooks:
+    """Every callback's hook at once."""
+
+    def __init__(self, callbacks: Sequence[Callback]) -> None:
+        self.callbacks = list(callbacks)
+
+    @contextlib.contextmanager
+    def phase(self, name: str, iteration: int) -> Iterator[None]:
+        with contextlib.ExitStack() as stack:
+            for callback in self.callbacks:
+                stack.enter_context(callback.phase(name, iteration))
+            yield
+
+    def on_row(self, row: dict[str, Any]) -> None:
+        for callback in self.callbacks:
+            callback.on_row(row)
+
+
 def train(
     config: TrainConfig,
     learners: dict[str, Learner],
@@ -194,14 +232,19 @@ def train(
     run_path: Path,
     resume: bool = False,
     processes: Processes | None = None,
+    callbacks: Sequence[Callback] = (),
+    checkpoints: CheckpointWriter | None = None,
 ) -> RunDirectory | None:
     """Run ``config.iterations`` iterations (continuing from the checkpoint if ``resume``).
 
     Under ``accelerate launch`` every process runs this loop on its own games; logged
     numbers are means over all processes and only the main process writes files (the
-    others get None back).
+    others get None back). ``callbacks`` see every phase and row (:class:`Callback`);
+    ``checkpoints`` writes the checkpoints (default: a new :class:`CheckpointWriter`,
+    which writes while the next rollout plays).
     """
     processes = processes or Processes()
+    hooks = _Hooks(callbacks)
     main = processes.is_main
     start = load_checkpoint(run_path, learners, game, processes) if resume else 0
     run = RunDirectory(run_path, first_iteration=start) if main else None
@@ -218,23 +261,32 @@ def train(
         dynamic_ncols=True,
         disable=not main,
     )
-    checkpoints = CheckpointWriter()  # writes while the next rollout plays
+    checkpoints = checkpoints or CheckpointWriter()
     evaluations = None
+
+    def log(row: dict[str, Any]) -> None:
+        run.log_metrics(row)
+        hooks.on_row(row)
+
     if config.eval_every and run is not None:  # the main process evaluates, the others go on
         from train.eval_along import TrainingEvaluations
 
         evaluations = TrainingEvaluations(config, game.tokenizers, run.path)
-        first = evaluations.begin(learners, start)
+        with hooks.phase("evaluation", start):
+            first = evaluations.begin(learners, start)
         if first is not None:
-            run.log_metrics(first)
+            log(first)
     try:
         for iteration in bar:
             t0 = time.perf_counter()
-            game.reset(seed=processes.game_seed(config.seed) if iteration == 0 else None)
-            play_batch(game, learners)
+            with hooks.phase("rollout", iteration):
+                game.reset(seed=processes.game_seed(config.seed) if iteration == 0 else None)
+                play_batch(game, learners)
             t_play = time.perf_counter() - t0
-            checkpoints.wait()  # learning changes the weights the last checkpoint is writing
-            stats = {agent: learner.learn() for agent, learner in learners.items()}
+            with hooks.phase("checkpoint", iteration):
+                checkpoints.wait()  # learning changes the weights the last checkpoint writes
+            with hooks.phase("learn", iteration):
+                stats = {agent: learner.learn() for agent, learner in learners.items()}
             elapsed = time.perf_counter() - t0
             row = {
                 "iteration": iteration,
@@ -246,21 +298,26 @@ def train(
             row = processes.mean_numbers(row)
             row["games"] = game.batch_size * processes.num
             if run is not None:
-                run.log_metrics(row)
+                with hooks.phase("logging", iteration):
+                    log(row)
+                    if iteration % config.sample_every == 0 or iteration == config.iterations - 1:
+                        run.log_samples(iteration, batch_samples(game, config.n_samples))
                 if evaluations is not None and evaluations.due(iteration):
-                    run.log_metrics(evaluations.after(iteration, learners))
-                if iteration % config.sample_every == 0 or iteration == config.iterations - 1:
-                    run.log_samples(iteration, batch_samples(game, config.n_samples))
+                    with hooks.phase("evaluation", iteration):
+                        log(evaluations.after(iteration, learners))
             if (iteration + 1) % config.checkpoint_every == 0 or iteration == config.iterations - 1:
-                checkpoints.save(run_path, learners, game, iteration, processes)
+                with hooks.phase("checkpoint", iteration):
+                    checkpoints.save(run_path, learners, game, iteration, processes)
             bar.set_postfix(
                 score=f"{row['score_mean']:+.3f}", kl=f"{row['kl_mean']:.3f}", s_it=f"{elapsed:.1f}"
             )
     finally:
         bar.close()
-        checkpoints.wait()  # on an error too: the last checkpoint lands before the run ends
+        with hooks.phase("final checkpoint write", config.iterations):
+            checkpoints.wait()  # on an error too: the last checkpoint lands before the run ends
         if run is not None:
             run.close()
     if run is not None:
-        plot_run(run.path)
+        with hooks.phase("plots", config.iterations):
+            plot_run(run.path)
     return run

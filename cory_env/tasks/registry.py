@@ -28,14 +28,6 @@ class TaskEntry:
 _REGISTRY: dict[str, TaskEntry] = {}
 
 
-def _same_factory(a: TaskFactory, b: TaskFactory) -> bool:
-    # A reloaded module re-registers a new function object with the same name.
-    def key(f: Any) -> tuple[Any, Any]:
-        return getattr(f, "__module__", None), getattr(f, "__qualname__", id(f))
-
-    return a is b or key(a) == key(b)
-
-
 def register_task(
     name: str, *, needs_tokenizer: bool = False, replace: bool = False
 ) -> Callable[[TaskFactory], TaskFactory]:
@@ -52,12 +44,7 @@ def register_task(
     def wrap(factory: TaskFactory) -> TaskFactory:
         if not callable(factory):
             raise TypeError(f"register_task({name!r}) decorates a task factory, got {factory!r}")
-        old = _REGISTRY.get(name)
-        if old is not None and not replace and not _same_factory(old.factory, factory):
-            raise ValueError(
-                f"task {name!r} is already registered (by {old.factory.__qualname__}); "
-                "choose another name or pass replace=True"
-            )
+        checks.free_name(_REGISTRY, name, factory, "task", replace, lambda e: e.factory)
         _REGISTRY[name] = TaskEntry(factory, needs_tokenizer)
         return factory
 
