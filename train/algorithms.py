@@ -42,18 +42,18 @@ class Algorithm:
 
 ALGORITHMS: dict[str, Algorithm] = {
     "ppo": Algorithm(
-        "ppo", 1, 8, ppo=PPO_BASELINE, description="single-agent PPO, the paper's baseline"
+        "ppo", 1, 1, ppo=PPO_BASELINE, description="single-agent PPO, the paper's baseline"
     ),
     "cory": Algorithm(
         "ppo", 2, 8, min_agents=2, game={"lam": 1.0}, ppo=CORY_DEFAULTS,
         description="PPO agents in the pioneer/observer game: collective reward, role exchange",
     ),
     "reinforce": Algorithm(
-        "reinforce", 1, 8, ppo=PPO_BASELINE,
+        "reinforce", 1, 1, ppo=PPO_BASELINE,
         description="REINFORCE with a baseline and the same per-token KL penalty, no critic",
     ),
     "elastic_reset": Algorithm(
-        "elastic_reset", 1, 8, ppo={**PPO_BASELINE, "init_kl_coef": 0.001},
+        "elastic_reset", 1, 1, ppo={**PPO_BASELINE, "init_kl_coef": 0.001},
         description="PPO with Elastic Reset: reset to an EMA of itself every reset_freq its",
     ),
     "moe": Algorithm(
@@ -63,11 +63,11 @@ ALGORITHMS: dict[str, Algorithm] = {
         description="two independent PPO agents; evaluation keeps the higher-valued answer",
     ),
     "rloo": Algorithm(
-        "rloo", 1, 8, game={"group_size": 4}, ppo={**PPO_BASELINE, **RLOO_TRL},
+        "rloo", 1, 1, game={"group_size": 4}, ppo={**PPO_BASELINE, **RLOO_TRL},
         description="REINFORCE leave-one-out: k answers per query, no critic",
     ),
     "grpo": Algorithm(
-        "grpo", 1, 8, game={"group_size": 4}, ppo={**PPO_BASELINE, **GRPO_TRL},
+        "grpo", 1, 1, game={"group_size": 4}, ppo={**PPO_BASELINE, **GRPO_TRL},
         description="group-normalised advantages with the clipped PPO loss, no critic",
     ),
 }  # fmt: skip

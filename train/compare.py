@@ -28,7 +28,6 @@ Each figure's and table's numbers are written beside it as CSV.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
@@ -41,8 +40,9 @@ import matplotlib
 import numpy as np
 
 from train import metrics, results
+from train.arguments import ArgumentParser
 from train.evaluate import FORMAT
-from train.plots import EVAL_KEY
+from train.run_folder import EVAL_KEY
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -104,7 +104,7 @@ def final_evaluation(path: Path) -> dict[str, Any] | None:
 
 def load_run(path: Path) -> Run:
     from train.config import load_config_file
-    from train.plots import read_evaluations, read_metrics
+    from train.run_folder import read_evaluations, read_metrics
 
     config = load_config_file(path / "config.yaml")
     has_metrics = results.exists(path / "metrics.jsonl")
@@ -697,7 +697,7 @@ def pick_baseline(groups: list[Group], name: str | None) -> Group:
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders or sweep folders")
     parser.add_argument("--out", type=Path, help="folder for the PNG and CSV files")
     parser.add_argument(

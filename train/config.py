@@ -20,9 +20,13 @@ import yaml
 
 from agents.ppo import PPO_SETTINGS, PPOConfig
 from cory_env import checks
+from cory_env.core import GAME_SETTINGS
+from cory_env.plugins import import_modules
+from cory_env.tasks import check_task_settings
 from cory_env.tasks.base import budget_range
 from train.algorithms import ALGORITHMS, algorithm_defaults
 from train.allocator import ALLOCATORS
+from train.arguments import ArgumentParser
 
 
 @dataclass
@@ -83,6 +87,9 @@ class TrainConfig:
     sample_every: int = 5
     checkpoint_every: int = 10
     n_samples: int = 4
+    imports: list[str] = field(default_factory=list)
+    """Modules imported before the config is checked: a package of one's own that registers
+    learners or tasks (``--import my_package.learners``; ``cory_env/plugins.py``)."""
     eval_every: int = 0
     """Evaluate the held-out set before training, every this many iterations and at the
     end (``RUN/evals/``, ``eval/*`` in metrics.jsonl); 0 = never."""
@@ -114,7 +121,12 @@ class TrainConfig:
         for agent in self.agents:
             entry = default if self.learners is None else self.learners[agent]
             own = dict(entry) if isinstance(entry, dict) else {"learner": entry}
-            name = own.pop("learner", None)
+            if "learner" not in own:
+                raise checks.SettingError(
+                    f"learners: {agent}: the 'learner:' key is missing (it has {sorted(own)}); "
+                    f"e.g. {{{agent}: {{learner: reinforce, learning_rate: 1e-4}}}}"
+                )
+            name = own.pop("learner")
             try:
                 seats[agent] = (name, learner_settings(name, shared, own))
             except (checks.SettingError, TypeError) as err:
@@ -125,9 +137,12 @@ class TrainConfig:
         """Check every setting's type and range now, before any model is loaded."""
         checks.choice(self.algorithm, "algorithm", sorted(ALGORITHMS))
         algo = ALGORITHMS[self.algorithm]
+        seats = (f"{algo.min_agents}..{algo.max_agents} seats" if algo.max_agents > 1
+                 else "1 seat: it is a single-agent baseline; several seats play --algorithm "
+                 "cory (or moe), with --learners to choose each seat's learner")  # fmt: skip
         self.n_agents = checks.integer(
             self.n_agents, "n_agents", minimum=algo.min_agents, maximum=algo.max_agents,
-            hint=f"algorithm {self.algorithm!r} plays {algo.min_agents}..{algo.max_agents} seats",
+            hint=f"algorithm {self.algorithm!r} plays {seats}",
         )  # fmt: skip
         checks.choice(self.sees, "sees", ("previous", "all", "none"))
         self.group_size = checks.integer(self.group_size, "group_size", minimum=1)
@@ -161,6 +176,13 @@ class TrainConfig:
             raise checks.fail(
                 "task_settings", "a mapping such as {reward: vader}", self.task_settings
             )
+        game_keys = sorted(set(self.task_settings) & set(GAME_SETTINGS))
+        if game_keys:
+            raise checks.SettingError(
+                f"task_settings: {game_keys} are settings of the game, not of the task; give "
+                f"them as --{game_keys[0]} ..."
+            )
+        check_task_settings(self.task, self.task_settings)
         self.lam = checks.number(self.lam, "lam", hint="1 = CORY, 0 = independent, -1 = zero-sum")
         self.eta = checks.number(self.eta, "eta", minimum=0)
         for name in (
@@ -173,6 +195,10 @@ class TrainConfig:
         ):
             setattr(self, name, checks.integer(getattr(self, name), name, minimum=1))
         self.n_samples = checks.integer(self.n_samples, "n_samples", minimum=0)
+        if not isinstance(self.imports, list) or not all(
+            isinstance(m, str) and m for m in self.imports
+        ):
+            raise checks.fail("imports", "a list of module names", self.imports)
         self.eval_every = checks.integer(self.eval_every, "eval_every", minimum=0, hint="0 = off")
         for name in ("eval_samples", "eval_batch_size"):
             setattr(self, name, checks.integer(getattr(self, name), name, minimum=1))
@@ -434,8 +460,19 @@ def build_config(
         config = _merge(config, file_values, f"config file {config_file}")
     if overrides:
         config = _merge(config, overrides, "command line")
+    import_user_modules(config.imports)
     config.validate()
     return config
+
+
+def import_user_modules(imports: Any) -> None:
+    """Import the ``imports`` setting's modules, so that what they register is known."""
+    if not isinstance(imports, list) or not all(isinstance(m, str) and m for m in imports):
+        raise checks.fail("imports", "a list of module names, e.g. [my_package.learners]", imports)
+    try:
+        import_modules(imports)
+    except ImportError as err:
+        raise checks.SettingError(str(err)) from None
 
 
 def _flag_value(text: str) -> Any:
@@ -460,13 +497,17 @@ def _join_negative_values(argv: list[str]) -> list[str]:
 
 
 def make_parser(algorithm: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=f"Train with {algorithm.upper()} on cory_env")
+    parser = ArgumentParser(description=f"Train with {algorithm.upper()} on cory_env")
     parser.add_argument("--preset", choices=sorted(PRESETS))
     parser.add_argument("--config", help="YAML file of settings (e.g. a run's config.yaml)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
     parser.add_argument(
         "--algorithm", choices=sorted(ALGORITHMS), default=argparse.SUPPRESS,
         help=f"the setup to train (default {algorithm}): learners, game and defaults",
+    )  # fmt: skip
+    parser.add_argument(
+        "--import", action="append", dest="import_modules", metavar="MODULE", default=[],
+        help="a module of your own to import first (it registers learners or tasks); repeatable",
     )  # fmt: skip
     for f in dataclasses.fields(TrainConfig):
         if f.name not in ("ppo", "algorithm"):
@@ -491,6 +532,7 @@ def parse_args(
     argv = sys.argv[1:] if argv is None else list(argv)
     args = vars(parser.parse_args(_join_negative_values(argv)))
     preset, config_file, resume = args.pop("preset"), args.pop("config"), args.pop("resume")
+    modules = args.pop("import_modules")
     overrides: dict[str, Any] = {}
     for key, value in args.items():
         if key.startswith("ppo."):
@@ -504,6 +546,9 @@ def parse_args(
         if not config_file.is_file():
             parser.error(f"--resume {resume}: not a run folder (it has no config.yaml)")
         overrides["run_dir"] = str(resume)
+    if modules:
+        saved = load_config_file(config_file).get("imports", []) if config_file else []
+        overrides["imports"] = [*overrides.get("imports", saved or []), *modules]
     try:
         config = build_config(preset, config_file, overrides, algorithm=algorithm)
     except (ValueError, FileNotFoundError) as err:

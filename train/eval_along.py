@@ -22,7 +22,7 @@ from typing import Any
 
 from train import eval_report as report
 from train.evaluate import Evaluator, build_result, write_eval
-from train.plots import EVAL_KEY
+from train.run_folder import EVAL_KEY
 
 EVALS_DIR = "evals"
 ROW_NUMBERS = ("reward", "kl", "distinct_2", "distinct_2_pooled", "repetitive", "entropy")

@@ -217,6 +217,11 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"pooled: over blocks of {metrics.DISTINCT_POOL} answers, averaged over blocks."
     )
     lines = [head, "", notes, ""]
+    untrained = [a for a, kind in (result.get("reference_is") or {}).items()
+                 if not kind.startswith("the base model")]  # fmt: skip
+    if untrained:
+        lines += [f"The reference rows of {', '.join(untrained)} are an untrained copy of the "
+                  "seat's learner: it has no base model.", ""]  # fmt: skip
     cols = ["model", "agent", "role", "answers", "reward", "95% CI", "reward - base", "95% CI",
             "KL", *(f"r - {eta:g} KL" for eta in etas)]  # fmt: skip
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]

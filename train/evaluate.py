@@ -16,7 +16,6 @@ answer; ``train/eval_report.py`` computes every summary from them.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -27,13 +26,17 @@ from typing import Any
 
 import numpy as np
 
-from agents.base import CommonNoise
+from agents.base import CommonNoise, Exportable
 from train import eval_report as report
 from train import metrics
+from train.arguments import ArgumentParser
 from train.eval_set import EvalSet, padded
+from train.run_folder import load_run_config
 
 FORMAT = 2
 """Version of ``eval.json``: 2 records every answer of a fixed evaluation set."""
+BASE_MODEL, UNTRAINED = "the base model", "an untrained copy of the learner (no base model)"
+"""What the ``reference`` rows of a seat are (``eval.json["reference_is"]``)."""
 HELD_OUT_SEED_OFFSET = 1
 """Arith evaluation draws its problems with the training ``seed`` plus this."""
 _LOCAL_SUFFIXES = (".txt", ".json", ".jsonl", ".csv", ".parquet")
@@ -229,8 +232,10 @@ def build_result(
     moe: dict[str, float] | None = None,
     common: bool = True,
     etas: tuple[float, ...] = metrics.ETAS,
+    reference_is: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """``eval.json``: the set, every answer, and the summaries computed from them."""
+    """``eval.json``: the set, every answer, and the summaries computed from them.
+    ``reference_is``: what the ``reference`` rows of each seat are (:func:`reference_kinds`)."""
     rows, summary = report.summarise(answers, etas, evaluator.checked, base)
     return {
         "format": FORMAT,
@@ -241,6 +246,7 @@ def build_result(
         "model": config.model,
         **evaluator.describe(),
         "common_random_numbers": common,
+        **({"reference_is": reference_is} if reference_is else {}),
         "etas": list(etas),
         "rows": rows,
         "summary": summary,
@@ -305,7 +311,15 @@ def evaluate(
     return build_result(
         evaluator, config, report.concat(*tables), run_dir=run_dir, samples=shown, moe=moe,
         common=common, etas=etas, updates=_checkpoint_updates(run_dir),
+        reference_is=reference_kinds(learners) if reference else None,
     )  # fmt: skip
+
+
+def reference_kinds(learners: dict[str, Any]) -> dict[str, str]:
+    """What the ``reference`` rows of each seat are: an LLM learner's untrained policy is
+    its base model; a learner with no base model (not an LLM) is a freshly built copy."""
+    return {agent: BASE_MODEL if isinstance(learner, Exportable) else UNTRAINED
+            for agent, learner in learners.items()}  # fmt: skip
 
 
 def _checkpoint_updates(run_dir: Path | None) -> int | None:
@@ -344,17 +358,6 @@ def write_eval(folder: Path, result: dict[str, Any], stem: str = "eval") -> tupl
     return json_path, md_path
 
 
-def load_run_config(run_dir: Path, overrides: dict[str, Any] | None = None) -> Any:
-    """A run's saved config (its own algorithm), with ``overrides``."""
-    from train.config import build_config, load_config_file
-
-    config_file = Path(run_dir) / "config.yaml"
-    if not config_file.is_file():
-        raise FileNotFoundError(f"{run_dir}: not a run folder (it has no config.yaml)")
-    algorithm = load_config_file(config_file).get("algorithm", "cory")
-    return build_config(config_file=config_file, overrides=overrides, algorithm=algorithm)
-
-
 def evaluate_run(run_dir: Path, **options: Any) -> dict[str, Any]:
     """Evaluate one run folder and write its ``eval.json`` and ``eval.md``."""
     result = evaluate(load_run_config(run_dir), Path(run_dir), **options)
@@ -368,7 +371,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     from train.algorithms import ALGORITHMS
     from train.config import _flag_value, build_config
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", type=Path, help="run folders to evaluate")
     parser.add_argument("--run", type=Path, action="append", default=[], help="same as RUN_DIR")
     parser.add_argument("--algorithm", default="cory", choices=sorted(ALGORITHMS),

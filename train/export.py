@@ -9,20 +9,46 @@ holds the agent's tokenizer and its value head (``value_head.safetensors``).
 
 from __future__ import annotations
 
-import argparse
+import shutil
 from pathlib import Path
 
 from agents.base import Exportable
+from train.arguments import ArgumentParser
 
 
-def export_run(run_dir: Path, out_dir: Path, merge: bool = False) -> dict[str, Path]:
+def check_out_dir(out_dir: Path, overwrite: bool) -> None:
+    """Refuse an output path that would destroy something, before any model loads."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FileExistsError(f"{out_dir} is a file, not a folder; export into a new folder")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not overwrite:
+        raise FileExistsError(
+            f"{out_dir} is not empty; export into a new folder, or pass --overwrite to replace "
+            "the agents' folders in it"
+        )
+
+
+def swap_in(new: Path, target: Path) -> None:
+    """Move the complete folder ``new`` to ``target``; an existing one is replaced only once
+    the new one is whole, so an interrupted export never leaves half a model there."""
+    old = target.with_name(target.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if target.exists():
+        target.rename(old)
+    new.rename(target)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def export_run(
+    run_dir: Path, out_dir: Path, merge: bool = False, overwrite: bool = False
+) -> dict[str, Path]:
     """Load the run's checkpoint and export every agent that has an LLM policy."""
     from train.checkpoint import find_checkpoint, load_json_state
-    from train.config import build_config
     from train.run import build_game_and_learners
+    from train.run_folder import load_run_config
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
-    config = build_config(config_file=run_dir / "config.yaml", overrides={"device": "cpu"})
+    check_out_dir(out_dir, overwrite)
+    config = load_run_config(run_dir, {"device": "cpu"})
     folder = find_checkpoint(run_dir)
     iteration = load_json_state(folder)["iteration"]
     game, learners = build_game_and_learners(config)
@@ -34,7 +60,11 @@ def export_run(run_dir: Path, out_dir: Path, merge: bool = False) -> dict[str, P
             continue
         info = {"run": str(run_dir), "iteration": iteration, "agent": agent,
                 "model": config.seat_models()[agent]}  # fmt: skip
-        exported[agent] = learner.export(out_dir / agent, game.tokenizers[i], merge, info)
+        partial = out_dir / f"{agent}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        learner.export(partial, game.tokenizers[i], merge, info)
+        swap_in(partial, out_dir / agent)
+        exported[agent] = out_dir / agent
         print(f"{agent} -> {exported[agent]}")
     return exported
 
@@ -43,15 +73,18 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     from agents.state_io import CheckpointError
     from cory_env.checks import SettingError
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run folder with a checkpoint")
     parser.add_argument("out_dir", type=Path, help="a new folder for the exported agents")
     parser.add_argument("--merge", action="store_true", help="LoRA: merge adapters into weights")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace the agents' folders in a used OUT_DIR"
+    )
     args = parser.parse_args(argv)
     if not (args.run_dir / "config.yaml").is_file():
         parser.error(f"{args.run_dir} is not a run folder (it has no config.yaml)")
     try:
-        return export_run(args.run_dir, args.out_dir, args.merge)
+        return export_run(args.run_dir, args.out_dir, args.merge, args.overwrite)
     except (SettingError, FileNotFoundError, FileExistsError, CheckpointError) as err:
         parser.error(str(err))
 

@@ -7,7 +7,6 @@ any other learner share it. One iteration = one batch of ``batch_size`` games.
 from __future__ import annotations
 
 import contextlib
-import json
 import resource
 import sys
 import time
@@ -24,7 +23,8 @@ from cory_env import BatchedTextGame
 from train.checkpoint import CheckpointWriter, load_checkpoint
 from train.config import TrainConfig
 from train.distributed import Processes
-from train.plots import EVAL_KEY, plot_run
+from train.plots import plot_run
+from train.run_folder import RunDirectory
 
 
 def make_game(
@@ -89,86 +89,28 @@ def peak_memory_mb() -> float:
     return float(rss)
 
 
-def _iteration_of(line: str) -> int | None:
-    """The iteration of a log row; None for a line a crash cut short."""
-    try:
-        return int(json.loads(line)["iteration"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
-class RunDirectory:
-    """The files of one run: config, metrics, samples, TensorBoard, checkpoints, plots."""
-
-    def __init__(self, path: Path, first_iteration: int = 0) -> None:
-        self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
-        self.metrics_file = self.path / "metrics.jsonl"
-        self.samples_file = self.path / "samples.jsonl"
-        self.first_iteration = first_iteration
-        self._tb = None
-
-    @property
-    def tensorboard(self) -> Any:
-        if self._tb is None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            # On resume, purge_step drops the events a crashed run wrote after its checkpoint,
-            # so TensorBoard shows each iteration once.
-            purge = self.first_iteration if self.first_iteration > 0 else None
-            self._tb = SummaryWriter(str(self.path / "tensorboard"), purge_step=purge)
-        return self._tb
-
-    def log_metrics(self, row: dict[str, Any]) -> None:
-        """One row of ``metrics.jsonl`` and TensorBoard: an iteration's, or an evaluation's
-        (TensorBoard step: the iteration, or the evaluation's number of updates)."""
-        with self.metrics_file.open("a") as f:
-            f.write(json.dumps(row) + "\n")
-        step = row.get(EVAL_KEY, row["iteration"])
-        for key, value in row.items():
-            if isinstance(value, (int, float)) and key not in ("iteration", EVAL_KEY):
-                self.tensorboard.add_scalar(key, value, step)
-
-    def log_samples(self, iteration: int, samples: list[dict[str, Any]]) -> None:
-        with self.samples_file.open("a") as f:
-            for sample in samples:
-                f.write(json.dumps({"iteration": iteration, **sample}) + "\n")
-        text = "\n\n".join(json.dumps(s, indent=1) for s in samples)
-        self.tensorboard.add_text("samples", f"```\n{text}\n```", iteration)
-
-    def truncate_logs(self, iteration: int) -> None:
-        """On resume, drop log rows written after the checkpoint (they will be redone)."""
-        for file in (self.metrics_file, self.samples_file):
-            if file.exists():
-                rows = [
-                    line
-                    for line in file.read_text().splitlines()
-                    if (kept := _iteration_of(line)) is not None and kept < iteration
-                ]
-                file.write_text("".join(r + "\n" for r in rows))
-
-    def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-
-
 def iteration_metrics(
     game: BatchedTextGame, stats: dict[str, dict[str, float]], eta: float
 ) -> dict[str, float]:
     """Per agent and per role: task score, KL, and the combined objective ``r - eta*KL``."""
     row: dict[str, Any] = {}
     roles = game.roles
+    kls = []
     for agent, agent_stats in stats.items():
         score = float(np.mean(game.scores[agent]))
-        kl = float(agent_stats.get("objective/kl", 0.0))
+        kl = agent_stats.get("objective/kl")  # a learner without a reference reports none
         for prefix in (agent, roles[agent]):
             row[f"{prefix}/score"] = score
-            row[f"{prefix}/kl"] = kl
-            row[f"{prefix}/objective"] = score - eta * kl
+            if kl is not None:
+                row[f"{prefix}/kl"] = float(kl)
+                row[f"{prefix}/objective"] = score - eta * float(kl)
+        if kl is not None:
+            kls.append(float(kl))
         row[f"{agent}/role"] = roles[agent]
         row.update({f"{agent}/{k}": v for k, v in agent_stats.items()})
     row["score_mean"] = float(np.mean([np.mean(s) for s in game.scores.values()]))
-    row["kl_mean"] = float(np.mean([row[f"{a}/kl"] for a in stats]))
+    if kls:
+        row["kl_mean"] = float(np.mean(kls))
     return row
 
 
@@ -308,8 +250,11 @@ def train(
             if (iteration + 1) % config.checkpoint_every == 0 or iteration == config.iterations - 1:
                 with hooks.phase("checkpoint", iteration):
                     checkpoints.save(run_path, learners, game, iteration, processes)
+            kl_mean = row.get("kl_mean")
             bar.set_postfix(
-                score=f"{row['score_mean']:+.3f}", kl=f"{row['kl_mean']:.3f}", s_it=f"{elapsed:.1f}"
+                score=f"{row['score_mean']:+.3f}",
+                kl="n/a" if kl_mean is None else f"{kl_mean:.3f}",
+                s_it=f"{elapsed:.1f}",
             )
     finally:
         bar.close()

@@ -5,40 +5,17 @@
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 
 import matplotlib
+
+from train.arguments import ArgumentParser
+from train.run_folder import read_metrics
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 QUANTITIES = (("score", "task reward"), ("kl", "KL(pi || pi_ref)"), ("objective", "r - eta * KL"))
-
-
-EVAL_KEY = "eval/updates"
-"""The key that marks a row of ``metrics.jsonl`` as a held-out evaluation, not an iteration."""
-
-
-def _rows(run_dir: Path) -> list[dict]:
-    """The rows of ``metrics.jsonl`` (or of its compact copy, ``train/results.py``)."""
-    from train import results
-
-    path = Path(run_dir) / "metrics.jsonl"
-    if not results.exists(path):
-        raise FileNotFoundError(f"{path} does not exist: is {run_dir} a run folder?")
-    return [json.loads(line) for line in results.read_text(path).splitlines() if line.strip()]
-
-
-def read_metrics(run_dir: Path) -> list[dict]:
-    """The training iterations' rows of a run's ``metrics.jsonl``."""
-    return [row for row in _rows(run_dir) if EVAL_KEY not in row]
-
-
-def read_evaluations(run_dir: Path) -> list[dict]:
-    """The held-out evaluations' rows (``--eval_every``), by number of updates."""
-    return sorted((r for r in _rows(run_dir) if EVAL_KEY in r), key=lambda r: r[EVAL_KEY])
 
 
 def _groups(rows: list[dict]) -> tuple[list[str], list[str]]:
@@ -100,16 +77,24 @@ def plot_compare(run_dirs: list[Path], out: Path, labels: list[str] | None = Non
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = ArgumentParser(description=__doc__)
     parser.add_argument("runs", nargs="+", type=Path)
     parser.add_argument("--out", type=Path, help="comparison PNG (default: each run's curves.png)")
     parser.add_argument("--labels", nargs="*")
     args = parser.parse_args(argv)
-    if args.out is None:
-        for run in args.runs:
-            print(plot_run(run))
-    else:
-        print(plot_compare(args.runs, args.out, args.labels))
+    if args.labels and len(args.labels) != len(args.runs):
+        parser.error(f"--labels gives {len(args.labels)} labels for {len(args.runs)} runs")
+    missing = [str(r) for r in args.runs if not (Path(r) / "config.yaml").is_file()]
+    if missing:
+        parser.error(f"not a run folder (no config.yaml): {', '.join(missing)}")
+    try:
+        if args.out is None:
+            for run in args.runs:
+                print(plot_run(run))
+        else:
+            print(plot_compare(args.runs, args.out, args.labels))
+    except FileNotFoundError as err:
+        parser.error(str(err))
 
 
 if __name__ == "__main__":

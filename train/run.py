@@ -15,10 +15,13 @@ from agents.registry import Seat, build_learner
 from agents.state_io import CheckpointError
 from cory_env import BatchedTextGame, load_causal_lm, load_tokenizer, pad_token_id
 from cory_env.checks import SettingError
+from cory_env.models import ModelNotFound, model_problem
 from train import allocator
+from train.checkpoint import checkpoint_updates
 from train.config import TrainConfig, parse_args
 from train.distributed import Processes
-from train.loop import RunDirectory, make_game, train
+from train.loop import make_game, train
+from train.run_folder import RunDirectory, check_run_path
 from train.summary import run_summary
 
 
@@ -26,7 +29,7 @@ def make_accelerator(config: TrainConfig) -> Any:
     from accelerate import Accelerator
 
     if config.device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device='cuda' but no CUDA device is visible; use --device cpu or auto")
+        raise SettingError("device: 'cuda', but no CUDA device is visible; use cpu or auto")
     use_cpu = config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available())
     return Accelerator(cpu=use_cpu, mixed_precision=config.mixed_precision)
 
@@ -51,6 +54,22 @@ def default_run_dir(config: TrainConfig) -> Path:
     return Path("runs") / f"{config.algorithm}-{config.task}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
+def _model_setting(config: TrainConfig, agent: str) -> str:
+    named = agent in (config.models or {})
+    return f"models.{agent}" if named else f"model (seat {agent})"
+
+
+def check_models(config: TrainConfig) -> dict[str, str]:
+    """Every seat's model, refused in one line when it cannot load (a missing folder, a hub
+    id offline), before any weight is read; returns the model of every seat."""
+    seat_models = config.seat_models()
+    for agent, model in seat_models.items():
+        problem = model_problem(model)
+        if problem is not None:
+            raise SettingError(f"{_model_setting(config, agent)}: {problem}")
+    return seat_models
+
+
 def build_game_and_learners(
     config: TrainConfig, accelerator: Any = None
 ) -> tuple[BatchedTextGame, dict[str, Learner]]:
@@ -61,10 +80,15 @@ def build_game_and_learners(
     """
     from accelerate.utils import set_seed
 
+    seat_models = check_models(config)
     set_seed(config.seed)
     accelerator = accelerator or make_accelerator(config)
-    seat_models = config.seat_models()
-    tokenizers = {agent: load_tokenizer(model) for agent, model in seat_models.items()}
+    tokenizers = {}
+    for agent, model in seat_models.items():
+        try:
+            tokenizers[agent] = load_tokenizer(model)
+        except ModelNotFound as err:
+            raise SettingError(f"{_model_setting(config, agent)}: {err}") from None
     game = make_game(config, list(tokenizers.values()))
     pool = ModelPool(
         partial(load_causal_lm, load_in_4bit=config.load_in_4bit),
@@ -91,29 +115,6 @@ def build_game_and_learners(
     return game, learners
 
 
-RUN_FILES = ("config.yaml", "metrics.jsonl", "samples.jsonl", "checkpoint", "checkpoint.old")
-
-
-def check_run_path(run_path: Path, resume: bool) -> None:
-    """Refuse a folder that cannot take this run, before any model is loaded."""
-    if run_path.exists() and not run_path.is_dir():
-        raise NotADirectoryError(f"run_dir {run_path} is a file, not a folder; pick another path")
-    if resume:
-        if not run_path.is_dir():
-            raise FileNotFoundError(f"--resume {run_path}: no such run folder")
-        return
-    held = [name for name in RUN_FILES if (run_path / name).exists()]
-    if held:
-        hint = (
-            "continue it with --resume"
-            if (run_path / "checkpoint").exists() or (run_path / "checkpoint.old").exists()
-            else "it has no checkpoint to resume from (a crashed run?): delete it"
-        )
-        raise FileExistsError(
-            f"{run_path} already holds a run ({', '.join(held)}); pick a new --run_dir, or {hint}"
-        )
-
-
 def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDirectory | None:
     """Train a config; under ``accelerate launch`` each process calls this (see loop.train)."""
     run_path = Path(resume_dir or config.run_dir or default_run_dir(config))
@@ -128,6 +129,12 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
     if processes.num > 1 and config.run_dir is None and resume_dir is None:
         raise SettingError("several processes need one --run_dir (a time-stamped default "
                            "could differ between them)")  # fmt: skip
+    if resume_dir is not None:
+        done = checkpoint_updates(run_path)
+        if done >= config.iterations:
+            print(f"nothing to do: {run_path} has done {done} iterations and --iterations is "
+                  f"{config.iterations}; raise --iterations to train further")  # fmt: skip
+            return None
     game, learners = build_game_and_learners(config, accelerator)
     run = train(config, learners, game, run_path, resume_dir is not None, processes)
     if run is not None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+SHORT = 10
+"""Runs of fewer iterations are said to test the plumbing only (the smoke preset has 3)."""
+
 
 def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file())
@@ -19,7 +22,7 @@ def human_bytes(n: float) -> str:
 
 def run_summary(run_path: Path) -> str:
     """First and last task score and KL per agent, s/iteration, peak memory, folder, disk."""
-    from train.plots import read_evaluations, read_metrics
+    from train.run_folder import read_evaluations, read_metrics
 
     run_path = Path(run_path)
     rows = read_metrics(run_path)
@@ -31,8 +34,9 @@ def run_summary(run_path: Path) -> str:
     lines.append(f"  {'agent':<8} {'score first -> last':>22} {'KL first -> last':>22}")
     for agent in agents:
         s0, s1 = first.get(f"{agent}/score", float("nan")), last.get(f"{agent}/score", 0.0)
-        k0, k1 = first.get(f"{agent}/kl", float("nan")), last.get(f"{agent}/kl", 0.0)
-        lines.append(f"  {agent:<8} {s0:>+10.3f} -> {s1:<+9.3f} {k0:>10.3f} -> {k1:<9.3f}")
+        k0, k1 = first.get(f"{agent}/kl"), last.get(f"{agent}/kl")
+        kl = "n/a (no reference)" if k0 is None or k1 is None else f"{k0:>10.3f} -> {k1:<9.3f}"
+        lines.append(f"  {agent:<8} {s0:>+10.3f} -> {s1:<+9.3f} {kl}")
     times = [r["time/iteration_s"] for r in rows[1:]] or [rows[0]["time/iteration_s"]]
     peak = max(r.get("memory/peak_mb", 0.0) for r in rows)
     lines.append(
@@ -55,5 +59,19 @@ def run_summary(run_path: Path) -> str:
     lines.append(
         f"  run folder: {run_path} ({human_bytes(folder_bytes(run_path))} on disk{ckpt}; "
         "metrics.jsonl, samples.jsonl, curves.png, tensorboard/, checkpoint/)"
+    )
+    lines.append(
+        "  score: the task's reward of each answer, mean over the batch (IMDB: the sentiment of "
+        "query + answer); KL: to the frozen reference, summed over the answer"
+    )
+    if len(rows) < SHORT:
+        lines.append(
+            f"  {len(rows)} iterations test the plumbing, they are too few to learn: scores "
+            "move by chance. For learning, try --preset cpu"
+        )
+    lines.append(
+        f"  next: python train/evaluate.py {run_path} (held-out evaluation), python "
+        f"train/export.py {run_path} OUT (Hugging Face folders); the checkpoint is only needed "
+        f"to resume, evaluate or export: delete {checkpoint} when done"
     )
     return "\n".join(lines)

@@ -18,11 +18,9 @@ and continue on another machine, where the run folders are gone.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import gc
 import json
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -30,13 +28,9 @@ from typing import Any
 
 import yaml
 
+from train.arguments import ArgumentParser
+
 SWEEP_FILE = "sweep.json"
-RUN_OUTPUTS = frozenset({
-    "config.yaml", "metrics.jsonl", "samples.jsonl", "tensorboard", "curves.png",
-    "checkpoint", "checkpoint.old", "checkpoint.tmp", "checkpoint.trash", "eval.json", "eval.md",
-    "evals",
-})  # fmt: skip
-"""What a run folder holds; a folder with anything else is never deleted."""
 
 
 @dataclass(frozen=True)
@@ -90,17 +84,6 @@ def run_state(path: Path, iterations: int) -> str:
     return "finished" if done >= iterations - 1 else "broken"
 
 
-def clear_run_folder(path: Path) -> None:
-    """Delete a run folder that never reached a checkpoint; refuse one holding other files."""
-    foreign = sorted(p.name for p in path.iterdir() if p.name not in RUN_OUTPUTS)
-    if foreign:
-        raise FileExistsError(
-            f"{path} has no checkpoint but holds files no run writes ({', '.join(foreign)}); "
-            "move them away or delete the folder, then rerun the sweep"
-        )
-    shutil.rmtree(path)
-
-
 def _comparable(values: dict[str, Any]) -> dict[str, Any]:
     """A config's values as its YAML file holds them, minus what a sweep call may change."""
     from train.config import parse_yaml
@@ -125,8 +108,9 @@ def check_same_config(path: Path, wanted: Any) -> None:
 
 def run_point(point: GridPoint, out: Path, train_flags: list[str], preset: str | None) -> str:
     """Train one grid point as far as the config asks; returns what was done."""
-    from train.config import build_config, load_config_file, parse_args
+    from train.config import parse_args
     from train.run import run_training
+    from train.run_folder import clear_run_folder, load_run_config
 
     path = out / point.name
     flags = [*(["--preset", preset] if preset else []), *train_flags, *point.flags(path)]
@@ -138,12 +122,7 @@ def run_point(point: GridPoint, out: Path, train_flags: list[str], preset: str |
         return "skipped"
     if state == "broken":
         check_same_config(path, wanted)
-        algorithm = load_config_file(path / "config.yaml").get("algorithm", point.algorithm)
-        config = build_config(
-            config_file=path / "config.yaml",
-            overrides={"run_dir": str(path), "iterations": wanted.iterations},
-            algorithm=algorithm,
-        )
+        config = load_run_config(path, {"run_dir": str(path), "iterations": wanted.iterations})
         print(f"sweep: {point.name}: resuming from its checkpoint")
         run_training(config, resume_dir=path)
         return "resumed"
@@ -204,6 +183,7 @@ def sweep(
     each finished run that has no ``eval.json`` yet; ``results_dir`` receives each finished
     run's compact results and counts a point whose results are there as done; then
     ``on_finish`` runs. A failing run stops the sweep."""
+    from cory_env.checks import SettingError
     from train.results import save_results
 
     out.mkdir(parents=True, exist_ok=True)
@@ -218,6 +198,11 @@ def sweep(
             continue
         try:
             record["status"] = run_point(point, out, train_flags, preset)
+        except (SettingError, ValueError, FileExistsError, SystemExit):
+            print(f"sweep: {point.name}: refused (below); fix the command, then run it again")
+            runs.append({**record, "status": "refused"})
+            write_record(out, grid, runs)
+            raise
         except BaseException:
             print(f"sweep: {point.name} stopped; rerun the same command to continue the sweep")
             runs.append({**record, "status": "failed"})
@@ -246,7 +231,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     from train.algorithms import ALGORITHMS
     from train.config import PPO_SETTINGS, PRESETS, TrainConfig
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog="Other flags are training flags (python train/cory.py --help), for every run.",
     )

@@ -18,6 +18,7 @@ from cory_env.tasks.base import (
 )
 from cory_env.tasks.registry import (
     available_tasks,
+    check_task_settings,
     make_task,
     register_task,
     task_needs_tokenizer,
@@ -45,6 +46,7 @@ __all__ = [
     "Task",
     "TaskFunctionError",
     "available_tasks",
+    "check_task_settings",
     "custom_task",
     "make_task",
     "register_task",

@@ -6,11 +6,13 @@ What the game needs to know about a task factory is declared when it is register
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from cory_env import checks
+from cory_env.plugins import TASKS, load_plugins
 from cory_env.tasks.base import Task
 
 TaskFactory = Callable[..., Task]
@@ -52,10 +54,13 @@ def register_task(
 
 
 def available_tasks() -> list[str]:
+    load_plugins(TASKS)
     return sorted(_REGISTRY)
 
 
 def _entry(name: str) -> TaskEntry:
+    if isinstance(name, str) and name not in _REGISTRY:
+        load_plugins(TASKS, name)  # a task of an installed package of one's own
     if not isinstance(name, str) or name not in _REGISTRY:
         raise ValueError(
             f"unknown task {name!r}; registered tasks are {available_tasks()}. "
@@ -69,9 +74,37 @@ def task_needs_tokenizer(name: str) -> bool:
     return _entry(name).needs_tokenizer
 
 
+def task_settings_of(name: str) -> list[str] | None:
+    """The settings the task ``name``'s factory takes (None: it takes any keyword)."""
+    entry = _entry(name)
+    parameters = inspect.signature(entry.factory).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return sorted(p.name for p in parameters if p.kind in kinds)
+
+
+def check_task_settings(name: str, settings: Mapping[str, Any]) -> None:
+    """Refuse an unknown task or a setting its factory does not take, naming the ones it
+    does, before anything is built (``checks.SettingError``)."""
+    try:
+        known = task_settings_of(name)
+    except ValueError as err:
+        raise checks.SettingError(f"task: {err}") from None
+    unknown = [] if known is None else sorted(set(settings) - set(known))
+    if unknown:
+        raise checks.SettingError(
+            f"task_settings: task {name!r} has no settings {unknown}; its settings are {known}"
+        )
+
+
 def make_task(name: str, **settings: Any) -> Task:
     """Build a registered task; unknown names or settings raise a clear error."""
     factory = _entry(name).factory
+    known = task_settings_of(name)
+    unknown = [] if known is None else sorted(set(settings) - set(known))
+    if unknown:
+        raise ValueError(f"task {name!r} has no settings {unknown}; its settings are {known}")
     try:
         task = factory(**settings)
     except TypeError as err:

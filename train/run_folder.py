@@ -1,0 +1,175 @@
+"""One module knows a run folder: its files, its metrics log, and its config.
+
+A run folder holds ``config.yaml`` (the resolved config), ``metrics.jsonl`` (one row per
+iteration, and one per held-out evaluation marked by ``EVAL_KEY``), ``samples.jsonl``,
+``tensorboard/``, ``checkpoint/`` (``train/checkpoint.py``), ``curves.png``, ``evals/``
+and ``eval.json`` (``train/evaluate.py``). Compact copies of its results
+(``train/results.py``) are read the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+RUN_OUTPUTS = frozenset({
+    "config.yaml", "metrics.jsonl", "samples.jsonl", "tensorboard", "curves.png",
+    "checkpoint", "checkpoint.old", "checkpoint.tmp", "checkpoint.trash", "eval.json", "eval.md",
+    "evals",
+})  # fmt: skip
+"""What a run writes into its folder; a folder holding anything else is never deleted."""
+
+
+RUN_FILES = ("config.yaml", "metrics.jsonl", "samples.jsonl", "checkpoint", "checkpoint.old")
+"""The files whose presence means that a folder holds a run."""
+EVAL_KEY = "eval/updates"
+"""The key that marks a row of ``metrics.jsonl`` as a held-out evaluation, not an iteration."""
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    """The rows of ``metrics.jsonl`` (or of its compact copy, ``train/results.py``)."""
+    from train import results
+
+    path = Path(run_dir) / "metrics.jsonl"
+    if not results.exists(path):
+        raise FileNotFoundError(f"{path} does not exist: is {run_dir} a run folder?")
+    return [json.loads(line) for line in results.read_text(path).splitlines() if line.strip()]
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """The training iterations' rows of a run's ``metrics.jsonl``."""
+    return [row for row in _rows(run_dir) if EVAL_KEY not in row]
+
+
+def read_evaluations(run_dir: Path) -> list[dict]:
+    """The held-out evaluations' rows (``--eval_every``), by number of updates."""
+    return sorted((r for r in _rows(run_dir) if EVAL_KEY in r), key=lambda r: r[EVAL_KEY])
+
+
+def _iteration_of(line: str) -> int | None:
+    """The iteration of a log row; None for a line a crash cut short."""
+    try:
+        return int(json.loads(line)["iteration"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class RunDirectory:
+    """The files of one run: config, metrics, samples, TensorBoard, checkpoints, plots."""
+
+    def __init__(self, path: Path, first_iteration: int = 0) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.metrics_file = self.path / "metrics.jsonl"
+        self.samples_file = self.path / "samples.jsonl"
+        self.first_iteration = first_iteration
+        self._tb = None
+
+    @property
+    def tensorboard(self) -> Any:
+        if self._tb is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # On resume, purge_step drops the events a crashed run wrote after its checkpoint,
+            # so TensorBoard shows each iteration once.
+            purge = self.first_iteration if self.first_iteration > 0 else None
+            self._tb = SummaryWriter(str(self.path / "tensorboard"), purge_step=purge)
+        return self._tb
+
+    def log_metrics(self, row: dict[str, Any]) -> None:
+        """One row of ``metrics.jsonl`` and TensorBoard: an iteration's, or an evaluation's
+        (TensorBoard step: the iteration, or the evaluation's number of updates)."""
+        with self.metrics_file.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        step = row.get(EVAL_KEY, row["iteration"])
+        for key, value in row.items():
+            if isinstance(value, (int, float)) and key not in ("iteration", EVAL_KEY):
+                self.tensorboard.add_scalar(key, value, step)
+
+    def log_samples(self, iteration: int, samples: list[dict[str, Any]]) -> None:
+        with self.samples_file.open("a") as f:
+            for sample in samples:
+                f.write(json.dumps({"iteration": iteration, **sample}) + "\n")
+        text = "\n\n".join(json.dumps(s, indent=1) for s in samples)
+        self.tensorboard.add_text("samples", f"```\n{text}\n```", iteration)
+
+    def truncate_logs(self, iteration: int) -> None:
+        """On resume, drop log rows written after the checkpoint (they will be redone)."""
+        for file in (self.metrics_file, self.samples_file):
+            if file.exists():
+                rows = [
+                    line
+                    for line in file.read_text().splitlines()
+                    if (kept := _iteration_of(line)) is not None and kept < iteration
+                ]
+                file.write_text("".join(r + "\n" for r in rows))
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def has_checkpoint(run_path: Path) -> bool:
+    """Whether the folder holds a complete checkpoint to resume from."""
+    from train.checkpoint import find_checkpoint
+
+    try:
+        find_checkpoint(run_path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def clear_run_folder(path: Path, again: str = "rerun the sweep") -> None:
+    """Delete a run folder that never reached a checkpoint; refuse one holding other files."""
+    foreign = sorted(p.name for p in path.iterdir() if p.name not in RUN_OUTPUTS)
+    if foreign:
+        raise FileExistsError(
+            f"{path} has no checkpoint but holds files no run writes ({', '.join(foreign)}); "
+            f"move them away or delete the folder, then {again}"
+        )
+    shutil.rmtree(path)
+
+
+def check_run_path(run_path: Path, resume: bool) -> None:
+    """Refuse a folder that cannot take this run, before any model is loaded.
+
+    A folder whose run stopped before its first checkpoint holds nothing to resume: a new
+    run with the same ``--run_dir`` clears it and starts again there (files that no run
+    writes are never deleted: then the folder is refused)."""
+    run_path = Path(run_path)
+    if run_path.exists() and not run_path.is_dir():
+        raise NotADirectoryError(f"run_dir {run_path} is a file, not a folder; pick another path")
+    if resume:
+        if not run_path.is_dir():
+            raise FileNotFoundError(f"--resume {run_path}: no such run folder")
+        if not has_checkpoint(run_path):
+            raise FileNotFoundError(
+                f"--resume {run_path}: the run stopped before its first checkpoint, so there is "
+                "nothing to resume; run the same command without --resume (and with --run_dir "
+                f"{run_path}) to start it again in that folder"
+            )
+        return
+    held = [name for name in RUN_FILES if (run_path / name).exists()]
+    if not held:
+        return
+    if has_checkpoint(run_path):
+        raise FileExistsError(
+            f"{run_path} already holds a run ({', '.join(held)}); continue it with --resume "
+            f"{run_path}, or pick a new --run_dir"
+        )
+    print(f"{run_path} holds a run that stopped before its first checkpoint; starting it again")
+    clear_run_folder(run_path, again="start the run again")
+
+
+def load_run_config(run_dir: Path, overrides: dict[str, Any] | None = None) -> Any:
+    """A run's saved config (its own algorithm), with ``overrides``."""
+    from train.config import build_config, load_config_file
+
+    config_file = Path(run_dir) / "config.yaml"
+    if not config_file.is_file():
+        raise FileNotFoundError(f"{run_dir}: not a run folder (it has no config.yaml)")
+    algorithm = load_config_file(config_file).get("algorithm", "cory")
+    return build_config(config_file=config_file, overrides=overrides, algorithm=algorithm)
