@@ -243,3 +243,21 @@ def test_a_learner_from_an_installed_package_s_entry_point(tmp_path, monkeypatch
 
     assert make_task("plugged_task").queries[0].text == "is a"
     sys.modules.pop("plugged_learners", None)
+
+
+def test_files_written_over_are_written_beside_and_swapped_in(tmp_path):
+    from train.run_folder import write_beside, write_text
+
+    target = tmp_path / "config.yaml"
+    write_text(target, "old: 1\n")
+
+    def crash(tmp):
+        tmp.write_text("half")
+        raise RuntimeError("killed mid-write")
+
+    with pytest.raises(RuntimeError):
+        write_beside(target, crash)
+    assert target.read_text() == "old: 1\n"  # the previous file is whole
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]  # nothing half left
+    write_text(target, "new: 2\n")
+    assert target.read_text() == "new: 2\n"

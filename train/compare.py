@@ -42,7 +42,7 @@ import numpy as np
 from train import metrics, results
 from train.arguments import ArgumentParser
 from train.evaluate import FORMAT
-from train.run_folder import EVAL_KEY
+from train.run_folder import EVAL_KEY, write_beside, write_text
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -238,7 +238,7 @@ def plot_curves(
     fig.suptitle(f"per {kind[:-1]}: mean and {spread}")
     fig.tight_layout()
     png, table_csv = out / f"curves-{kind}.png", out / f"curves-{kind}.csv"
-    fig.savefig(png, dpi=110)
+    write_beside(png, lambda tmp: fig.savefig(tmp, dpi=110))
     plt.close(fig)
     columns = ["group", "curve", "quantity", "iteration", "mean", "std", "min", "max", "seeds"]
     write_csv(table_csv, records, columns)
@@ -304,7 +304,7 @@ def plot_frontier(groups: list[Group], point: str, out: Path) -> tuple[Path, Pat
     ax.legend(fontsize=8)
     fig.tight_layout()
     png, table_csv = out / "frontier.png", out / "frontier.csv"
-    fig.savefig(png, dpi=110)
+    write_beside(png, lambda tmp: fig.savefig(tmp, dpi=110))
     plt.close(fig)
     write_csv(table_csv, rows, list(rows[0]))
     return png, table_csv
@@ -386,7 +386,7 @@ def write_summary(groups: list[Group], point: str, out: Path) -> tuple[Path, Pat
             vals = [c[key] for c in cells if c.get(key) is not None]
             row.append(_t_cells(vals)[0] if vals else "n/a")
         lines.append("| " + " | ".join(row) + " |")
-    table_md.write_text("\n".join(lines) + "\n")
+    write_text(table_md, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return table_csv, table_md
 
@@ -497,7 +497,7 @@ def write_comparisons(
             f"{'n/a' if r['query_diff'] is None else format(r['query_diff'], '+.3f')} | "
             f"{query_ci} | {r['queries'] or 'n/a'} |"
         )
-    table_md.write_text("\n".join(lines) + "\n")
+    write_text(table_md, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return table_csv, table_md
 
@@ -589,7 +589,7 @@ def write_matched_kl(
             f"{r['reward']:.3f} ± {_fmt(r['std'])} | {ci} | {diff} | {welch} | "
             f"{_fmt(r['welch_p'])} |"
         )
-    table_md.write_text("\n".join(lines) + "\n")
+    write_text(table_md, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return table_csv, table_md
 
@@ -635,7 +635,7 @@ def plot_trajectories(groups: list[Group], point: str, out: Path) -> list[Path]:
     written = []
     for figure, name in ((fig, "trajectory.png"), (fig2, "objective.png")):
         figure.tight_layout()
-        figure.savefig(out / name, dpi=110)
+        write_beside(out / name, lambda tmp, figure=figure: figure.savefig(tmp, dpi=110))
         plt.close(figure)
         written.append(out / name)
     write_csv(out / "trajectory.csv", records, list(records[0]))
@@ -643,10 +643,13 @@ def plot_trajectories(groups: list[Group], point: str, out: Path) -> list[Path]:
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+    def write(tmp: Path) -> None:
+        with tmp.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+
+    write_beside(path, write)
 
 
 def compare(

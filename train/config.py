@@ -277,7 +277,9 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
     def save(self, path: Path) -> None:
-        Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        from train.run_folder import write_text
+
+        write_text(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -10,7 +10,7 @@ from pathlib import Path
 import matplotlib
 
 from train.arguments import ArgumentParser
-from train.run_folder import read_metrics
+from train.run_folder import read_metrics, write_beside
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -49,7 +49,7 @@ def plot_run(run_dir: Path) -> Path:
     fig.suptitle(Path(run_dir).name)
     fig.tight_layout()
     out = Path(run_dir) / "curves.png"
-    fig.savefig(out, dpi=110)
+    write_beside(out, lambda tmp: fig.savefig(tmp, dpi=110))
     plt.close(fig)
     return out
 
@@ -71,7 +71,7 @@ def plot_compare(run_dirs: list[Path], out: Path, labels: list[str] | None = Non
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    write_beside(out, lambda tmp: fig.savefig(tmp, dpi=110))
     plt.close(fig)
     return Path(out)
 

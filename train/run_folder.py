@@ -10,7 +10,9 @@ and ``eval.json`` (``train/evaluate.py``). Compact copies of its results
 from __future__ import annotations
 
 import json
+import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,24 @@ RUN_OUTPUTS = frozenset({
     "evals",
 })  # fmt: skip
 """What a run writes into its folder; a folder holding anything else is never deleted."""
+
+
+def write_beside(path: Path, write: Callable[[Path], Any]) -> Path:
+    """``write(tmp)`` into a file beside ``path``, then move it into place: a reader, or a
+    crash, never meets half a file, and the previous one stays whole until the new one is."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.partial{path.suffix}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_text(path: Path, text: str) -> Path:
+    """:func:`write_beside` for text."""
+    return write_beside(path, lambda tmp: tmp.write_text(text))
 
 
 RUN_FILES = ("config.yaml", "metrics.jsonl", "samples.jsonl", "checkpoint", "checkpoint.old")
@@ -104,7 +124,7 @@ class RunDirectory:
                     for line in file.read_text().splitlines()
                     if (kept := _iteration_of(line)) is not None and kept < iteration
                 ]
-                file.write_text("".join(r + "\n" for r in rows))
+                write_text(file, "".join(r + "\n" for r in rows))
 
     def close(self) -> None:
         if self._tb is not None:

@@ -138,7 +138,9 @@ def run_point(point: GridPoint, out: Path, train_flags: list[str], preset: str |
 
 
 def write_record(out: Path, grid: dict[str, Any], runs: list[dict[str, Any]]) -> None:
-    (out / SWEEP_FILE).write_text(json.dumps({"grid": grid, "runs": runs}, indent=1) + "\n")
+    from train.run_folder import write_text
+
+    write_text(out / SWEEP_FILE, json.dumps({"grid": grid, "runs": runs}, indent=1) + "\n")
 
 
 def committed(point: GridPoint, train_flags: list[str], preset: str | None,
