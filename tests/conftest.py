@@ -71,6 +71,21 @@ def make_tiny_gpt2(vocab_size: int, seed: int = 0):
     return GPT2LMHeadModel(config).eval()
 
 
+class NoModel(AssertionError):
+    pass
+
+
+@pytest.fixture()
+def no_model_load(monkeypatch):
+    """Any attempt to load a model or a tokenizer fails the test: refusals must come first."""
+
+    def refuse(*args, **kwargs):
+        raise NoModel("a model was loaded before the error")
+
+    monkeypatch.setattr("train.run.load_causal_lm", refuse)
+    monkeypatch.setattr("train.run.load_tokenizer", refuse)
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     return make_tiny_tokenizer()

@@ -67,20 +67,6 @@ def test_readme_learner_learns_a_reward(tiny_tokenizer):
     assert learner.probs().argmax() == great
 
 
-class NoModel(Exception):
-    pass
-
-
-@pytest.fixture()
-def no_model_load(monkeypatch):
-    """Any attempt to load a model fails the test: refusals must come first."""
-
-    def refuse(*args, **kwargs):
-        raise NoModel("a model was loaded before the error")
-
-    monkeypatch.setattr("train.run.load_causal_lm", refuse)
-
-
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [

@@ -16,21 +16,6 @@ from train import evaluate, export, plots, run, sweep
 from train.config import parse_args
 
 
-class NoModel(AssertionError):
-    pass
-
-
-@pytest.fixture()
-def no_model_load(monkeypatch):
-    """Any attempt to load a model or a tokenizer fails the test: refusals must come first."""
-
-    def refuse(*args, **kwargs):
-        raise NoModel("a model was loaded before the error")
-
-    monkeypatch.setattr("train.run.load_causal_lm", refuse)
-    monkeypatch.setattr("train.run.load_tokenizer", refuse)
-
-
 def one_line_error(capsys) -> str:
     """The script's error: one line naming the mistake, a pointer to --help, no usage block."""
     err = capsys.readouterr().err
