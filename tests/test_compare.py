@@ -57,7 +57,8 @@ def fake_run(path, algorithm, seed, kl_coef, scores, kl, evaluation=None, trajec
         rows.append(row)
     for updates, test_kl, reward in trajectory:
         rows.append({"iteration": updates - 1, "eval/updates": updates,
-                     "eval/pioneer/kl": test_kl, "eval/pioneer/reward": reward})  # fmt: skip
+                     "eval/pioneer/kl": test_kl, "eval/pioneer/reward": reward,
+                     "eval/pioneer/entropy": 4.0 - reward})  # fmt: skip
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     if evaluation is not None:
         (path / "eval.json").write_text(json.dumps(fake_evaluation(*evaluation)))
@@ -182,6 +183,9 @@ def test_matched_kl_reads_each_seed_s_trajectory(tmp_path):
     assert float(rows["cory", "10.0"]["reward"]) == pytest.approx(0.9 + 0.2 / 3)
     assert float(rows["cory", "10.0"]["diff"]) == pytest.approx(0.9 + 0.2 / 3 - 0.75)
     assert rows["cory", "10.0"]["welch_p"] == "" and rows["cory", "10.0"]["std"] == ""
+    # Collapse indicators at the same KL (here entropy = 4 - reward), mean over seeds.
+    assert float(rows["ppo", "10.0"]["entropy"]) == pytest.approx(4 - 0.75)
+    assert rows["ppo", "10.0"]["repetitive"] == ""  # not logged by these fake runs
     # By default: KLs up to the largest every seed reaches (10, the smallest maximum).
     compare.main([str(runs), "--out", str(tmp_path / "auto")])
     kls = {r["kl"] for r in csv.DictReader((tmp_path / "auto" / "matched_kl.csv").open())}

@@ -503,13 +503,17 @@ def write_comparisons(
 
 
 # ----------------------------------------------------------------------------- trajectories
-def trajectory(run: Run, point: str) -> list[tuple[int, float, float]]:
-    """(updates, held-out KL, held-out reward) of each evaluation along the run."""
+COLLAPSE = ("distinct_2_pooled", "repetitive", "entropy")
+"""Collapse indicators compared at matched KL besides the reward."""
+
+
+def trajectory(run: Run, point: str, quantity: str = "reward") -> list[tuple[int, float, float]]:
+    """(updates, held-out KL, held-out ``quantity``) of each evaluation along the run."""
     out = []
     for row in run.trajectory:
-        reward, kl = row.get(f"eval/{point}/reward"), row.get(f"eval/{point}/kl")
-        if reward is not None and kl is not None:
-            out.append((int(row[EVAL_KEY]), float(kl), float(reward)))
+        value, kl = row.get(f"eval/{point}/{quantity}"), row.get(f"eval/{point}/kl")
+        if value is not None and kl is not None:
+            out.append((int(row[EVAL_KEY]), float(kl), float(value)))
     return out
 
 
@@ -527,12 +531,13 @@ def matched_kl_rows(
     groups: list[Group], baseline: Group, point: str, kls: list[float]
 ) -> list[dict[str, Any]]:
     """Per group and KL: the held-out reward at that KL on each seed's trajectory, over
-    seeds (t-interval), and the Welch test against the baseline at the same KL."""
+    seeds (t-interval), and the Welch test against the baseline at the same KL; beside it
+    the collapse indicators at that KL, mean over seeds."""
 
-    def at(group: Group, kl: float) -> list[float]:
+    def at(group: Group, kl: float, quantity: str = "reward") -> list[float]:
         values = []
         for run in group.runs:
-            points = trajectory(run, point)
+            points = trajectory(run, point, quantity)
             if points:
                 y = metrics.value_at([p[1] for p in points], [p[2] for p in points], kl)
                 if y is not None:
@@ -558,6 +563,8 @@ def matched_kl_rows(
                 "welch_ci_low": welch["ci"][0] if welch else None,
                 "welch_ci_high": welch["ci"][1] if welch else None,
                 "welch_p": welch["p"] if welch else None,
+                **{q: float(np.mean(v)) if (v := at(group, kl, q)) else None
+                   for q in COLLAPSE},
             })  # fmt: skip
     return rows
 
@@ -574,10 +581,11 @@ def write_matched_kl(
         f"Held-out reward at matched held-out KL ({point!r}), read off each seed's trajectory "
         "(linear between evaluations; a seed that never reaches the KL is left out): mean ± "
         f"std over seeds, 95% t-interval, and the difference to {baseline.label!r} with its "
-        "Welch interval and p-value.",
+        "Welch interval and p-value; collapse indicators at the same KL, mean over seeds.",
         "",
-        "| KL | group | seeds | reward | 95% CI | difference | 95% CI (Welch) | p (Welch) |",
-        "|---|---|---|---|---|---|---|---|",
+        "| KL | group | seeds | reward | 95% CI | difference | 95% CI (Welch) | p (Welch) | "
+        f"distinct-2 (pooled {metrics.DISTINCT_POOL}) | repetitive | entropy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ci = "n/a" if r["ci_low"] is None else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
@@ -587,7 +595,9 @@ def write_matched_kl(
         lines.append(
             f"| {r['kl']:g} | {r['group']} | {r['seeds']}/{r['seeds_total']} | "
             f"{r['reward']:.3f} ± {_fmt(r['std'])} | {ci} | {diff} | {welch} | "
-            f"{_fmt(r['welch_p'])} |"
+            f"{_fmt(r['welch_p'])} | "
+            + " | ".join(_fmt(r[q], 2 if q == "entropy" else 3) for q in COLLAPSE)
+            + " |"
         )
     write_text(table_md, "\n".join(lines) + "\n")
     print("\n".join(lines))
