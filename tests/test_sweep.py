@@ -110,3 +110,15 @@ def test_committed_results_count_as_done_where_the_run_folders_are_gone(
     # The results folder is what compare reads: trajectories and the final evaluation.
     written = {p.name for p in compare.compare([kept], tmp_path / "cmp", point="pioneer")}
     assert {"summary.md", "trajectory.png", "matched_kl.md"} <= written
+
+
+def test_a_results_folder_git_ignores_is_refused(tmp_path, monkeypatch, capsys):
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / ".gitignore").write_text("runs/\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit):
+        sweep.main(["--algorithms", "ppo", "--results", "docs/runs", "--out", "x"])
+    assert "git ignores that folder" in capsys.readouterr().err
+    assert sweep.git_ignores(tmp_path / "docs" / "results") is False

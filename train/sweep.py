@@ -172,6 +172,19 @@ def after_run(command: str, point: GridPoint, results_dir: Path | None) -> None:
         print(f"sweep: --on_finish exited {done.returncode} after {point.name}: {line}")
 
 
+def git_ignores(path: Path) -> bool:
+    """Whether ``path`` lies in a git work tree that ignores it (False outside git)."""
+    import subprocess
+
+    probe = Path(path) / "done.json"
+    try:
+        done = subprocess.run(["git", "check-ignore", "-q", str(probe)], capture_output=True,
+                              cwd=Path.cwd(), check=False)  # fmt: skip
+    except OSError:  # no git here
+        return False
+    return done.returncode == 0
+
+
 def sweep(
     points: list[GridPoint],
     out: Path,
@@ -272,6 +285,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     except ValueError as err:
         parser.error(str(err))
     out = args.out or Path("runs") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+    if args.results is not None and git_ignores(args.results):
+        parser.error(f"--results {args.results}: git ignores that folder, so its results could "
+                     "not be committed; pick a folder git keeps (runs/ is ignored)")  # fmt: skip
     evaluate = {} if args.evaluate else None
     if argv is None:  # from the command line: every run in this process, on the allocator
         allocator.relaunch(allocator.setting_in(train_flags))
