@@ -114,6 +114,8 @@ class Evaluator:
             (game.budget_low, game.budget_high), max_queries,
         )  # fmt: skip
         size, self.batches = self.eval_set.batches(batch_size)
+        self.items = self.eval_set.items()  # (query, sample) of every answer, computed once
+        self.budgets = self.eval_set.budgets()
         self.game = make_game(config, tokenizers, task=game.task, group_size=1, batch_size=size)
         self.checked = _answer_checked(self.game)
 
@@ -164,11 +166,11 @@ class Evaluator:
         from train.loop import play_games
 
         game, es = self.game, self.eval_set
-        queries, samples = (column[padded(items, game.batch_size)] for column in es.items())
+        queries, samples = (column[padded(items, game.batch_size)] for column in self.items)
         game.reset(options={
             "episode": episode,
             "queries": np.asarray(es.task_index)[queries],
-            "budgets": es.budgets()[queries, samples],
+            "budgets": self.budgets[queries, samples],
         })  # fmt: skip
         roles = game.roles_for_episode(game.episode)
         for i, agent in enumerate(game.possible_agents):
