@@ -58,6 +58,7 @@ def test_every_agent_plays_every_role_beside_the_reference(cory_run, capsys):
 
 
 def test_eval_json_records_every_answer_and_its_summaries_recompute(cory_run):
+    ev.evaluate_run(cory_run, samples=1, max_queries=2)  # an earlier evaluation, to be kept
     result = ev.evaluate_run(cory_run, samples=3, max_queries=4, batch_size=5)
     answers = result["answers"]
     # 2 models x 2 agents x 2 roles x 4 queries x 3 samples, each (query, sample) once per cell.

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import time
 import warnings
 from pathlib import Path
@@ -31,7 +30,7 @@ from train import eval_report as report
 from train import metrics
 from train.arguments import ArgumentParser
 from train.eval_set import EvalSet, padded
-from train.run_folder import load_run_config
+from train.run_folder import load_run_config, write_text
 
 FORMAT = 2
 """Version of ``eval.json``: 2 records every answer of a fixed evaluation set."""
@@ -352,11 +351,8 @@ def write_eval(folder: Path, result: dict[str, Any], stem: str = "eval") -> tupl
         for path in (json_path, md_path):
             if path.exists():
                 path.rename(path.with_name(f"{stem}-{stamp}{path.suffix}"))
-    for path, text in ((json_path, json.dumps(result) + "\n"),
-                       (md_path, report.to_markdown(result))):  # fmt: skip
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+    write_text(json_path, json.dumps(result) + "\n")
+    write_text(md_path, report.to_markdown(result))
     return json_path, md_path
 
 

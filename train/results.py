@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,13 @@ DROPPED = ("rows",)
 
 
 def _write_gzip(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as f:
-        f.write(text)
-    os.replace(tmp, path)
+    from train.run_folder import write_beside
+
+    def write(tmp: Path) -> None:
+        with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as f:
+            f.write(text)
+
+    write_beside(path, write)
 
 
 def read_text(path: Path) -> str:
