@@ -31,7 +31,7 @@ What the authors' code does (read, not guessed):
   StackLLaMA code implements, the KL to the initial model, which is what this learner does
   (the seat's shared frozen reference).
 
-Wraps a :class:`PPOAgent` (composition): PPO itself is untouched. Checkpoints add the EMA
+Wraps a :class:`agents.ppo.PPOAgent` (composition): PPO itself is untouched. Checkpoints add the EMA
 and the initial weights (safetensors) and the call count (JSON), so ``--resume`` continues
 exactly, resets included.
 """

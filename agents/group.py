@@ -3,17 +3,17 @@
 The game plays each query k = ``group_size`` times in consecutive rows (rows
 ``[g*k, (g+1)*k)`` share query g), so the k answers' rewards give each answer a baseline
 with no value model. Both follow TRL's current trainers (``trl/trainer/rloo_trainer.py``
-and ``grpo_trainer.py`` at 1.10.0.dev0), with PPO's settings where TRL has a counterpart:
-``clip_range`` = TRL's ``epsilon`` (0.2), ``ppo_epochs`` = ``num_iterations`` (mu; TRL's
-default is 1), the KL coefficient ``beta`` = ``init_kl_coef`` under PPO's adaptive or fixed
-controller (TRL's is fixed: ``adaptive_kl: false``; its defaults are 0.05 for RLOO and 0.0
-for GRPO), one optimiser step per mini-batch (TRL's default: one per generation batch, i.e.
-``mini_batch_size`` = ``batch_size``), scores scaled as PPO's ``score_*`` settings say (TRL:
-raw). The ratio's log-probs are those of the distribution the tokens were sampled from, the
-old ones recorded while acting, as PPOAgent takes them (TRL: the model's logits divided by
-the temperature); the KL is always the model's own distribution's. PPO settings with no
-meaning here: ``gamma``, ``gae_lambda``, ``clip_range_value``, ``vf_coef``,
-``ratio_threshold``.
+and ``grpo_trainer.py`` at 1.10.0.dev0). Settings: ``clip_range`` = TRL's ``epsilon``
+(0.2), ``ppo_epochs`` = ``num_iterations`` (mu; TRL's default is 1), the KL coefficient
+``beta`` = ``init_kl_coef`` under the adaptive or fixed controller (TRL's is fixed:
+``adaptive_kl: false``; its defaults are 0.05 for RLOO and 0.0 for GRPO), one optimiser
+step per mini-batch (TRL's default: one per generation batch, i.e. ``mini_batch_size`` =
+``batch_size``), game rewards scaled as the ``score_*`` settings say (TRL: raw). The
+ratio's log-probs are those of the distribution the tokens were sampled from, the old ones
+recorded while acting, as every LLM learner takes them (TRL: the model's logits divided by
+the temperature); the KL is always the model's own distribution's. Acting, the reference
+pass, KL control and persistence are the LLM learner base's (``agents/llm.py``); the
+update is ``agents/update.py``'s.
 
 - **RLOO** (Ahmadian et al. 2024): KL enters the *reward*. R_i = score_i - beta * sum_t KL_t
   (TRL: the k1 estimate ``logp_old - logp_ref``, i.e. ``kl_estimator: k1``; here the KL PPO
@@ -40,29 +40,46 @@ import torch
 
 from agents import pg_math as pg
 from agents import ppo_math as pm
+from agents.llm import LLMConfig, LLMLearner
 from agents.policy import PolicyWithValue, Reference
-from agents.ppo import PPOConfig
 from agents.registry import Seat, register_learner
-from agents.reinforce import CriticFreeAgent
+from agents.update import minibatch_update
 from cory_env import checks
 
 SCALE_REWARDS = ("group", "batch", "none")
 
 
 @dataclass
-class RLOOConfig(PPOConfig):
-    """PPO's settings; RLOO reads the ones named in ``agents/group.py``'s docstring."""
+class RLOOConfig(LLMConfig):
+    """The shared LLM settings plus the clipped ratio's epochs and range."""
 
+    ppo_epochs: int = 4
+    """Passes over each batch (TRL's ``num_iterations``, mu)."""
+    clip_range: float = 0.2
+    """TRL's ``epsilon``."""
 
-@dataclass
-class GRPOConfig(PPOConfig):
-    """PPO's settings plus how group advantages are scaled (TRL's ``scale_rewards``)."""
-
-    scale_rewards: str = "group"
+    where = "rloo"
 
     def validate(self) -> None:
         super().validate()
-        checks.choice(self.scale_rewards, "scale_rewards", SCALE_REWARDS, where="grpo")
+        w = self.where
+        self.ppo_epochs = checks.integer(self.ppo_epochs, "ppo_epochs", minimum=1, where=w)
+        self.clip_range = checks.number(
+            self.clip_range, "clip_range", minimum=0, exclusive_min=True, where=w
+        )
+
+
+@dataclass
+class GRPOConfig(RLOOConfig):
+    """RLOO's settings plus how group advantages are scaled (TRL's ``scale_rewards``)."""
+
+    scale_rewards: str = "group"
+
+    where = "grpo"
+
+    def validate(self) -> None:
+        super().validate()
+        checks.choice(self.scale_rewards, "scale_rewards", SCALE_REWARDS, where=self.where)
 
 
 def needs_groups(name: str) -> Callable[[Any], None]:
@@ -80,14 +97,16 @@ def needs_groups(name: str) -> Callable[[Any], None]:
     return check
 
 
-class GroupAgent(CriticFreeAgent):
+class GroupAgent(LLMLearner):
     """A critic-free learner that reads each query's k answers as one group."""
+
+    has_critic = False
 
     def __init__(
         self,
         policy: PolicyWithValue,
         reference: Reference,
-        config: PPOConfig,
+        config: RLOOConfig,
         pad_token_id: int,
         group_size: int,
         accelerator: Any = None,
@@ -112,22 +131,24 @@ class RLOOAgent(GroupAgent):
     def learn(self) -> dict[str, float]:
         cfg, ro = self.config, self.take_rollout()
         kl = self.reference_kl(ro)
-        scores = self.scaled_scores(ro)
+        scores = self.scaled_rewards(ro)
         beta = float(self.kl_ctl.value)
         rewards = scores - beta * kl.sum(dim=1)
         advantages = pg.rloo_advantages(rewards, self.group_size)
         if cfg.whiten_advantages:
             advantages = pg.normalize(advantages)
-        data = {**self.batch_tensors(ro), "advantages": advantages}
+        data = {**ro.batch_tensors(), "advantages": advantages}
 
-        def loss_fn(mb: dict, logprobs: torch.Tensor, own: torch.Tensor) -> tuple[Any, dict]:
+        def rloo_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
+            logprobs = self.sampled_logprobs(logits, mb)
             seq = (logprobs * mb["mask"]).sum(dim=1, keepdim=True)
             old = (mb["old_logprobs"] * mb["mask"]).sum(dim=1, keepdim=True)
-            return pm.policy_loss(
+            loss, stats = pm.policy_loss(
                 seq, old, mb["advantages"][:, None], torch.ones_like(seq), cfg.clip_range
             )
+            return loss, {"loss": loss, **stats}
 
-        stats = self.gradient_pass(data, cfg.ppo_epochs, loss_fn, per_token=False)
+        stats = minibatch_update(self, data, rloo_loss, epochs=cfg.ppo_epochs, unit="answer")
         return {
             **stats,
             **self.finish(ro, kl, beta, scores),
@@ -144,20 +165,23 @@ class GRPOAgent(GroupAgent):
     def learn(self) -> dict[str, float]:
         cfg, ro = self.config, self.take_rollout()
         kl, ref_logprobs = self.reference_pass(ro)
-        scores = self.scaled_scores(ro)
+        scores = self.scaled_rewards(ro)
         beta = float(self.kl_ctl.value)
         advantages = pg.grpo_advantages(scores, self.group_size, cfg.scale_rewards)
-        data = {**self.batch_tensors(ro), "advantages": advantages, "ref_logprobs": ref_logprobs}
+        data = {**ro.batch_tensors(), "advantages": advantages, "ref_logprobs": ref_logprobs}
 
-        def loss_fn(mb: dict, logprobs: torch.Tensor, own: torch.Tensor) -> tuple[Any, dict]:
+        def grpo_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
+            own = pm.selective_log_softmax(logits, mb["tokens"])
+            logprobs = own if self.sampling.is_model else self.sampled_logprobs(logits, mb)
             adv = mb["advantages"][:, None].expand_as(logprobs)
             pg_loss, pg_stats = pm.policy_loss(
                 logprobs, mb["old_logprobs"], adv, mb["mask"], cfg.clip_range
             )
             k3 = pm.masked_mean(pm.kl_sampled(own, mb["ref_logprobs"], "k3"), mb["mask"])
-            return pg_loss + beta * k3, {"loss_policy": pg_loss, "loss_kl": k3, **pg_stats}
+            loss = pg_loss + beta * k3
+            return loss, {"loss": loss, "loss_policy": pg_loss, "loss_kl": k3, **pg_stats}
 
-        stats = self.gradient_pass(data, cfg.ppo_epochs, loss_fn, per_token=True)
+        stats = minibatch_update(self, data, grpo_loss, epochs=cfg.ppo_epochs)
         return {**stats, **self.finish(ro, kl, beta, scores), **self.group_stats(scores)}
 
 

@@ -18,6 +18,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from agents.speedups import fuse_lora_sums, recompute_activations
+
 
 def lm_forward(
     lm: nn.Module,
@@ -35,8 +37,7 @@ def lm_forward(
     logits are never needed, and the head is the costliest layer of a small model. They
     are named by an index tensor, not a count: a count slices the hidden states into a
     strided view, which torch multiplies through a batched matmul with the head's weight
-    expanded per row, at half the speed of one matmul (bench: 210 vs 100 ms for 16 x 16
-    positions of SmolLM2's 49k-token head without grad).
+    expanded per row, much slower than one matmul (``docs/benchmarks.md``).
     """
     inner = lm.get_base_model() if hasattr(lm, "get_base_model") else lm  # peft wrapper
     names = _forward_params(type(inner))
@@ -68,79 +69,6 @@ def _cache_of(out: Any) -> Any:
     # transformers >= 5 names the field ``cache``; earlier versions ``past_key_values``.
     field = "cache" if "cache" in type(out).__dataclass_fields__ else "past_key_values"
     return getattr(out, field, None)
-
-
-def recompute_activations(lm: nn.Module) -> int:
-    """Make ``lm``'s decoder layers keep only their inputs for the backward pass and
-    recompute the rest there (activation checkpointing); return how many were wrapped.
-
-    The update's chunk then holds one layer's activations instead of every layer's, for
-    one more forward of the body in the backward. Transformers' own switch acts only in
-    training mode, and a policy stays in eval mode (its dropout off, so the PPO ratio
-    compares one function); so each layer's ``forward`` is wrapped here, and it
-    checkpoints only when gradients are recorded: acting and the reference pass are
-    untouched.
-    """
-    from torch.utils.checkpoint import checkpoint
-    from transformers.modeling_layers import GradientCheckpointingLayer
-
-    def recomputed(forward: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if not torch.is_grad_enabled():
-            return forward(*args, **kwargs)
-        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
-
-    layers = [m for m in lm.modules() if isinstance(m, GradientCheckpointingLayer)]
-    if not layers:
-        raise ValueError(
-            f"activation_checkpointing: {type(lm).__name__} has no decoder layers that "
-            "transformers marks as checkpointable (GradientCheckpointingLayer); train it "
-            "with activation_checkpointing false"
-        )
-    for layer in layers:
-        if not isinstance(layer.forward, functools.partial):  # a shared base: wrap once
-            layer.forward = functools.partial(recomputed, layer.forward)
-    return len(layers)
-
-
-def fuse_lora_sums(lm: nn.Module) -> int:
-    """Compute each plain LoRA linear layer as ``base(x) + s * A(x) @ B^T`` in one ``addmm``
-    on the base output; return how many layers take it.
-
-    peft writes the adapter's output, then its scaled copy, then the sum: two more
-    output-sized tensors per adapted layer, memory-bound work that made the update's
-    forward 1.31x slower than full fine-tuning's for 4% more arithmetic (bench). The sum
-    is the same up to rounding (bitwise when the scale is a power of two). Anything but
-    one vanilla adapter in fp32 (adapters disabled for the reference, merged weights,
-    dropout, DoRA and other variants, a bias on B, mixed precision) takes peft's own
-    forward.
-    """
-    from peft.tuners.lora.layer import Linear as LoraLinear
-
-    def fused(layer: LoraLinear, x: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        active = layer.active_adapters
-        name = active[0] if len(active) == 1 else None
-        plain = (
-            name is not None
-            and not (args or kwargs or layer.disable_adapters or layer.merged)
-            and name in layer.lora_A
-            and name not in getattr(layer, "lora_variant", {})
-            and isinstance(layer.lora_dropout[name], nn.Identity)
-            and layer.lora_B[name].bias is None
-        )
-        if plain:
-            a, b = layer.lora_A[name].weight, layer.lora_B[name].weight
-            plain = x.dtype == a.dtype == b.dtype == layer.base_layer.weight.dtype
-        if not plain:
-            return LoraLinear.forward(layer, x, *args, **kwargs)
-        result = layer.base_layer(x)
-        hidden = nn.functional.linear(x, a).reshape(-1, a.shape[0])
-        flat = result.reshape(-1, result.shape[-1])
-        return torch.addmm(flat, hidden, b.t(), alpha=layer.scaling[name]).view(result.shape)
-
-    layers = [m for m in lm.modules() if type(m) is LoraLinear]
-    for layer in layers:
-        layer.forward = functools.partial(fused, layer)
-    return len(layers)
 
 
 def tied_embeddings(lm: nn.Module) -> bool:

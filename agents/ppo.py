@@ -1,704 +1,120 @@
-"""Token-level PPO for a causal LM, playing one seat of the text game.
+"""Token-level PPO for a causal LM, playing one seat of the text game (TRL 0.7's formulation,
+as the official CORY code).
 
-Acting goes token by token with a KV cache, recording each sampled token's log-prob and
-the value as it goes, so a rollout costs no more than ``generate()``. ``learn`` then does,
-top to bottom:
+Acting, the reference pass, KL control and persistence are the LLM learner base's
+(``agents/llm.py``). ``learn`` does, top to bottom:
 
 1. one batched forward of the frozen reference over the whole sequences: KL per token;
-2. per-token rewards ``-kl_coef * KL_t`` with the (scaled) task score at the last token;
+2. per-token rewards ``-kl_coef * KL_t`` with the (scaled) game reward at the last token;
 3. GAE advantages (whitened) and returns from the values recorded while acting;
-4. ``ppo_epochs`` passes over shuffled mini-batches of clipped policy + value loss;
+4. ``ppo_epochs`` passes over shuffled mini-batches of clipped policy + value loss
+   (``agents/update.py`` steps it);
 5. the KL controller update from the batch's mean summed KL.
 
-The model plumbing (value head, reference, LoRA sharing) is in ``agents/policy.py`` and
-the RL math, each term checked against hand-computed values, in ``agents/ppo_math.py``.
+Each term of the math is checked against hand-computed values in ``agents/ppo_math.py``.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
 from agents import ppo_math as pm
-from agents import state_io
-from agents.policy import PolicyWithValue, Reference
+from agents.llm import LLMConfig, LLMLearner
 from agents.registry import Seat, register_learner
-from agents.sampling import SamplingDistribution, seen_before_each
+from agents.update import minibatch_update
 from cory_env import checks
-
-FORMAT = 1
-"""Version of the files :meth:`PPOAgent.save` writes."""
 
 
 @dataclass
-class PPOConfig:
-    """Hyper-parameters of one PPO learner (defaults: CORY's IMDB settings)."""
+class PPOConfig(LLMConfig):
+    """The shared LLM settings plus PPO's own (defaults: CORY's IMDB settings)."""
 
-    learning_rate: float = 1.41e-5
     ppo_epochs: int = 4
-    mini_batch_size: int = 16
-    gradient_accumulation_steps: int = 1
     gamma: float = 1.0
     gae_lambda: float = 0.95
     clip_range: float = 0.2
     clip_range_value: float = 0.2
     vf_coef: float = 0.1
-    max_grad_norm: float | None = None
-    kl_estimator: str = "full"
-    """``full``: exact full-vocabulary KL; or a sampled estimator: k1, k3, abs, mse."""
-    adaptive_kl: bool = True
-    init_kl_coef: float = 0.3
-    kl_target: float = 6.0
-    kl_horizon: int = 10000
-    whiten_advantages: bool = True
-    score_scaling: bool = True
-    score_norm: bool = True
-    score_clip: float | None = None
-    temperature: float = 1.0
-    top_k: int = 0
-    top_p: float = 1.0
-    repetition_penalty: float = 1.0
-    """Sampling penalty on tokens already in the context (the official scripts: 1.1)."""
     ratio_threshold: float | None = 10.0
-    """Skip a micro-batch whose mean PPO ratio exceeds this (TRL 0.7's guard against
-    loss spikes, default 10); None = never skip."""
-    forward_batch_size: int = 16
-    """Rows per forward pass, of the reference and of the policy in the update: a larger
-    micro-batch is computed in chunks whose gradients add up to its own exactly. A
-    memory and speed setting only (a ratio_threshold skip is then decided per chunk)."""
+    """Skip a chunk whose mean PPO ratio exceeds this (TRL 0.7's guard against loss
+    spikes, default 10); None = never skip."""
+
+    where = "ppo"
 
     def validate(self) -> None:
-        """Check every setting's type and range (numbers are normalised in place)."""
-        w = "ppo"
-        positive = {"minimum": 0, "exclusive_min": True, "where": w}
-        for name in ("learning_rate", "clip_range", "clip_range_value", "kl_target"):
-            setattr(self, name, checks.number(getattr(self, name), name, **positive))
+        super().validate()
+        w = self.where
+        for name in ("clip_range", "clip_range_value"):
+            setattr(self, name, checks.number(getattr(self, name), name, minimum=0,
+                                              exclusive_min=True, where=w))  # fmt: skip
         for name in ("gamma", "gae_lambda"):
             setattr(
                 self, name, checks.number(getattr(self, name), name, minimum=0, maximum=1, where=w)
             )
-        for name in ("vf_coef", "init_kl_coef"):
-            setattr(self, name, checks.number(getattr(self, name), name, minimum=0, where=w))
-        self.temperature = checks.number(self.temperature, "temperature", **positive)
-        self.top_p = checks.number(
-            self.top_p, "top_p", minimum=0, maximum=1, exclusive_min=True, where=w
-        )
-        self.repetition_penalty = checks.number(
-            self.repetition_penalty, "repetition_penalty", hint="1 = off", **positive
-        )
-        for name in ("max_grad_norm", "score_clip", "ratio_threshold"):
-            if getattr(self, name) is not None:
-                hint = (
-                    "a negative norm would reverse the gradients" if name == "max_grad_norm" else ""
-                )
-                setattr(self, name, checks.number(getattr(self, name), name, hint=hint, **positive))
-        for name in (
-            "ppo_epochs",
-            "mini_batch_size",
-            "gradient_accumulation_steps",
-            "forward_batch_size",
-            "kl_horizon",
-        ):
-            setattr(self, name, checks.integer(getattr(self, name), name, minimum=1, where=w))
-        self.top_k = checks.integer(self.top_k, "top_k", minimum=0, where=w, hint="0 = off")
-        for name in ("adaptive_kl", "whiten_advantages", "score_scaling", "score_norm"):
-            checks.boolean(getattr(self, name), name, where=w)
-        checks.choice(self.kl_estimator, "kl_estimator", ("full", *pm.KL_ESTIMATORS), where=w)
-        if self.mini_batch_size % self.gradient_accumulation_steps:
-            raise checks.SettingError(
-                f"ppo: mini_batch_size ({self.mini_batch_size}) must be a multiple of "
-                f"gradient_accumulation_steps ({self.gradient_accumulation_steps})"
+        self.vf_coef = checks.number(self.vf_coef, "vf_coef", minimum=0, where=w)
+        if self.ratio_threshold is not None:
+            self.ratio_threshold = checks.number(
+                self.ratio_threshold, "ratio_threshold", minimum=0, exclusive_min=True, where=w
             )
+        self.ppo_epochs = checks.integer(self.ppo_epochs, "ppo_epochs", minimum=1, where=w)
 
 
-PPO_SETTINGS = tuple(f.name for f in fields(PPOConfig))
-
-
-# ----------------------------------------------------------------------------- rollout
-@dataclass
-class Turn:
-    """What an agent records while it answers: its prompt, KV cache and per-token outputs."""
-
-    prompt_ids: torch.Tensor  # (B, P) left-padded, on CPU
-    prompt_mask: torch.Tensor  # (B, P)
-    mask: torch.Tensor  # attention mask so far, on the device
-    positions: torch.Tensor  # position ids of the last forward's inputs, on the device
-    cache: Any = None
-    tokens: list[torch.Tensor] = field(default_factory=list)
-    logprobs: list[torch.Tensor] = field(default_factory=list)
-    sample_logprobs: list[torch.Tensor] = field(default_factory=list)
-    values: list[torch.Tensor] = field(default_factory=list)
-    full_logprobs: list[torch.Tensor] = field(default_factory=list)
-    entropies: list[torch.Tensor] = field(default_factory=list)
-    seen: tuple[torch.Tensor, torch.Tensor] | None = None  # ids in the context and which are real
-
-    @classmethod
-    def start(cls, obs: dict[str, np.ndarray], device: torch.device) -> Turn:
-        """From a turn's first observation, minus columns that are padding in every row."""
-        ids = torch.as_tensor(np.asarray(obs["input_ids"]), dtype=torch.long)
-        mask = torch.as_tensor(np.asarray(obs["attention_mask"]), dtype=torch.long)
-        ids, mask = without_shared_padding(mask, ids, mask)
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        return cls(ids, mask, mask.to(device), positions.to(device))
-
-
-@dataclass
-class Rollout:
-    """One finished batch of B games from this agent's seat (tensors on CPU)."""
-
-    prompt_ids: torch.Tensor  # (B, P) left-padded
-    prompt_mask: torch.Tensor  # (B, P)
-    tokens: torch.Tensor  # (B, T) sampled tokens, right-padded
-    mask: torch.Tensor  # (B, T) 1 where the token was accepted by the game
-    logprobs: torch.Tensor  # (B, T) log pi(token) under the model at acting time
-    sample_logprobs: torch.Tensor  # (B, T) log-prob under the distribution sampled from
-    values: torch.Tensor  # (B, T) V(s_t) at acting time
-    full_logprobs: torch.Tensor | None  # (B, T, V) for the exact KL
-    rewards: torch.Tensor  # (B,)
-
-    def sequences(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Prompt + response ids, attention mask and position ids, as one forward sees them."""
-        ids = torch.cat([self.prompt_ids, self.tokens], dim=1)
-        mask = torch.cat([self.prompt_mask, self.mask], dim=1)
-        return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
-
-
-def without_shared_padding(
-    mask: torch.Tensor, *columns: torch.Tensor, keep: int = 1
-) -> list[torch.Tensor]:
-    """``columns`` (B, L) minus the leading columns that are padding in every row of
-    ``mask``: no model computes them, and a real token attends to none of them, so the
-    result is the same. The last ``keep`` columns always stay (a response, even one the
-    game rejected, and the prompt position that predicts its first token)."""
-    used = mask.any(dim=0).nonzero()
-    last_allowed = mask.shape[1] - keep
-    first = min(int(used[0]), last_allowed) if len(used) else last_allowed
-    return [c[:, max(first, 0) :] for c in columns]
-
-
-def by_prompt_length(rows: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
-    """``rows`` ordered by prompt length, so that a chunk of neighbours shares its padding."""
-    return rows[torch.argsort(prompt_mask[rows].sum(dim=1), stable=True)]
-
-
-def response_logits(logits: torch.Tensor, steps: int) -> torch.Tensor:
-    """From the last T+1 positions, the T that predicted the response tokens."""
-    return logits[:, -steps - 1 : -1].float()
-
-
-# ----------------------------------------------------------------------------- agent
-class PPOAgent:
+class PPOAgent(LLMLearner):
     """One PPO learner (a :class:`agents.base.Learner`): policy, critic, optimiser, KL control."""
 
     name = "ppo"
-    """The registered name, written into the agent's checkpoint."""
-
-    def __init__(
-        self,
-        policy: PolicyWithValue,
-        reference: Reference,
-        config: PPOConfig,
-        pad_token_id: int,
-        accelerator: Any = None,
-        seed: int = 0,
-    ) -> None:
-        from accelerate import Accelerator
-
-        config.validate()
-        self.config = config
-        self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
-        self.device = self.accelerator.device
-        self.pad_token_id = pad_token_id
-        policy.to(self.device).eval()  # dropout stays off: the PPO ratio compares one function
-        if not reference.adapters_disabled:
-            reference.lm.to(self.device)
-        self.reference = reference
-        # The fused kernel is ~6x faster than the per-tensor loop on CPU (bench: 0.11 vs 0.63 s
-        # per step for 135M parameters) and is also the fast path on CUDA.
-        optimizer = torch.optim.Adam(
-            policy.trainable_parameters(), lr=config.learning_rate, fused=True
-        )
-        self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
-        self._groups_in_backward: dict[int, dict] | None = None  # set while learn() steps there
-        for param in policy.trainable_parameters():
-            param.register_post_accumulate_grad_hook(self._step_in_backward)
-        self.kl_ctl = (
-            pm.AdaptiveKLController(config.init_kl_coef, config.kl_target, config.kl_horizon)
-            if config.adaptive_kl
-            else pm.FixedKLController(config.init_kl_coef)
-        )
-        self.score_moments = pm.RunningMoments()
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.shuffle_generator = torch.Generator().manual_seed(seed + 1)
-        self.sampling = SamplingDistribution(
-            config.temperature, config.top_k, config.top_p, config.repetition_penalty
-        )
-        self.rollout: Rollout | None = None
-        self._turn: Turn | None = None
-        self.sampling_noise: np.ndarray | None = None
-        """Common random numbers (:meth:`use_sampling_noise`); None = the own generator."""
-
-    @property
-    def model(self) -> PolicyWithValue:
-        return self.accelerator.unwrap_model(self.policy)
-
-    # ------------------------------------------------------------------ acting
-    def use_sampling_noise(self, noise: np.ndarray | None) -> None:
-        """Draw the t-th token of row b by inverting the sampling distribution's CDF at
-        ``noise[b, t]`` (uniforms in [0, 1), shape (B, steps)), until called with None.
-
-        Evaluation gives the base model and every trained agent the same uniforms for the
-        same (query, sample, role), so two policies answer with common random numbers: an
-        identical policy gives identical answers, and a paired difference measures the
-        policies, not the draws. The own generator is neither used nor advanced meanwhile.
-        """
-        if noise is not None:
-            noise = np.asarray(noise, dtype=np.float64)
-            if noise.ndim != 2 or ((noise < 0) | (noise >= 1)).any():
-                raise ValueError(
-                    f"sampling noise must be a (games, steps) array of uniforms in [0, 1), got "
-                    f"shape {noise.shape}"
-                )
-        self.sampling_noise = noise
-
-    def draw(self, probs: torch.Tensor, step: int) -> torch.Tensor:
-        """One token per row from (B, V) ``probs``: the own generator, or the inverse CDF
-        at the row's common uniform (:meth:`use_sampling_noise`). Both draw exactly from
-        ``probs``; a token of probability 0 is never drawn."""
-        noise = self.sampling_noise
-        if noise is None:
-            return torch.multinomial(probs, 1, generator=self.generator)
-        if noise.shape[0] != len(probs) or noise.shape[1] <= step:
-            raise ValueError(
-                f"sampling noise of shape {noise.shape} has no uniform for token {step} of "
-                f"{len(probs)} games"
-            )
-        cdf = probs.double().cumsum(dim=-1)
-        u = torch.as_tensor(noise[:, step], dtype=torch.float64, device=cdf.device)
-        # The first token whose CDF exceeds u * total: never one of probability 0.
-        token = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)
-        return token.clamp(max=probs.shape[-1] - 1)
-
-    @torch.no_grad()
-    def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
-        """Sample one token per row, reusing the KV cache within a turn."""
-        generated = np.asarray(obs["num_generated"])
-        if (generated == 0).all():
-            self._turn = turn = Turn.start(obs, self.device)
-            inputs, positions = turn.prompt_ids.to(self.device), turn.positions
-        else:
-            turn = self._turn
-            if turn is None or len(turn.tokens) != int(generated.max()):
-                raise RuntimeError(
-                    "act() got a mid-turn observation it did not take part in; the "
-                    "agent must act from the first token of its turn"
-                )
-            inputs = turn.tokens[-1].to(self.device)[:, None]
-            turn.mask = torch.cat([turn.mask, torch.ones_like(inputs)], dim=1)
-            positions = turn.positions = turn.positions[:, -1:] + 1
-        with self.accelerator.autocast():
-            logits, values, turn.cache = self.model(
-                inputs, turn.mask, positions, cache=turn.cache, use_cache=True, keep=1
-            )
-        logits = logits[:, -1].float()
-        logprobs = torch.log_softmax(logits, dim=-1)  # the model's own distribution
-        if self.sampling.needs_history and turn.seen is None:
-            turn.seen = (turn.prompt_ids.to(self.device), turn.prompt_mask.bool().to(self.device))
-        sampled = self.sampling.logits(logits, turn.seen)
-        action = self.draw(torch.softmax(sampled, dim=-1), len(turn.tokens))
-        if turn.seen is not None:
-            ids, real = turn.seen
-            turn.seen = (
-                torch.cat([ids, action], 1),
-                torch.cat([real, torch.ones_like(action, dtype=torch.bool)], 1),
-            )
-        action = action.squeeze(-1)
-        sample_logprobs = logprobs if self.sampling.is_model else sampled.log_softmax(-1)
-        turn.tokens.append(action.cpu())
-        turn.logprobs.append(logprobs.gather(-1, action[:, None]).squeeze(-1).cpu())
-        turn.sample_logprobs.append(sample_logprobs.gather(-1, action[:, None]).squeeze(-1).cpu())
-        turn.values.append(values[:, -1].float().cpu())
-        if self.config.kl_estimator == "full" or self.sampling_noise is not None:
-            # The entropy follows from these; an evaluation (common noise) keeps them
-            # whatever the estimator, so that it reports the exact KL.
-            turn.full_logprobs.append(logprobs.cpu())
-        else:
-            turn.entropies.append(pm.entropy_from_logits(logits).cpu())
-        return action.cpu().numpy()
-
-    def _close_turn(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> Rollout:
-        """The turn as a rollout: the tokens the game accepted and the rewards it paid."""
-        turn = self._turn
-        if turn is None or not turn.tokens:
-            raise RuntimeError("end_rollout() without a turn: act() was never called this game")
-        accepted = torch.as_tensor(np.asarray(obs["num_generated"]), dtype=torch.long)
-        mask = (torch.arange(len(turn.tokens))[None, :] < accepted[:, None]).long()
-        tokens = torch.stack(turn.tokens, dim=1)
-        return Rollout(
-            prompt_ids=turn.prompt_ids,
-            prompt_mask=turn.prompt_mask,
-            tokens=torch.where(mask.bool(), tokens, self.pad_token_id),
-            mask=mask,
-            logprobs=torch.stack(turn.logprobs, dim=1) * mask,
-            sample_logprobs=torch.stack(turn.sample_logprobs, dim=1) * mask,
-            values=torch.stack(turn.values, dim=1) * mask,
-            full_logprobs=torch.stack(turn.full_logprobs, dim=1) if turn.full_logprobs else None,
-            rewards=torch.as_tensor(np.asarray(rewards), dtype=torch.float32),
-        )
-
-    def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
-        """Keep the finished turn for :meth:`learn`."""
-        self.rollout = self._close_turn(obs, rewards)
-        self._turn = None
-
-    def turn_stats(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Summed KL to the reference, summed log-prob, mean entropy and final value per game."""
-        if self._turn is None or not self._turn.tokens:
-            return {}
-        rollout = self._close_turn(obs, np.zeros(len(obs["num_generated"])))
-        mask = rollout.mask.float()
-        lengths = mask.sum(dim=1)
-        last = (lengths.long() - 1).clamp(min=0)[:, None]
-        if rollout.full_logprobs is not None:
-            entropy = pm.entropy_from_logits(rollout.full_logprobs)
-        else:
-            entropy = torch.stack(self._turn.entropies, dim=1)
-        exact = "full" if rollout.full_logprobs is not None else None
-        return {
-            "kl": self.reference_pass(rollout, exact)[0].sum(dim=1).numpy(),
-            "logprob": rollout.logprobs.sum(dim=1).numpy(),
-            "entropy": ((entropy * mask).sum(dim=1) / lengths.clamp(min=1)).numpy(),
-            "value": rollout.values.gather(1, last).squeeze(1).numpy(),
-            "length": lengths.numpy(),
-        }
-
-    # ------------------------------------------------------------------ learning
-    @torch.no_grad()
-    def reference_pass(
-        self, rollout: Rollout, estimator: str | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One batched forward of the reference over the rollout: the KL(pi || pi_ref) per
-        response token (by ``estimator``, default the configured one), and the reference
-        log-prob of each sampled token (GRPO's k3 term). Both (B, T), zero on padding."""
-        estimator = estimator or self.config.kl_estimator
-        ids, mask, pos = rollout.sequences()
-        B, T = rollout.tokens.shape
-        kl, token_logprobs = torch.zeros(B, T), torch.zeros(B, T)
-        everyone = by_prompt_length(torch.arange(B), rollout.prompt_mask)
-        for rows in everyone.split(self.config.forward_batch_size):
-            inputs = without_shared_padding(
-                mask[rows], ids[rows], mask[rows], pos[rows], keep=T + 1
-            )
-            with self.accelerator.autocast():
-                logits = self.reference.logits(*(x.to(self.device) for x in inputs), keep=T + 1)
-            # One row at a time: the (T, V) log-softmax and the KL's (T, V) temporaries of a
-            # whole chunk would be the reference pass's largest tensors (bench: ~0.6 GB for
-            # 32 rows of SmolLM2), for no gain in speed.
-            for row, row_logits in zip(rows.tolist(), response_logits(logits, T), strict=True):
-                ref_lp = torch.log_softmax(row_logits, dim=-1).cpu()
-                token_logprobs[row] = ref_lp.gather(-1, rollout.tokens[row, :, None]).squeeze(-1)
-                if estimator == "full":
-                    kl[row] = pm.kl_per_token(rollout.full_logprobs[row], ref_lp)
-        if estimator != "full":
-            kl = pm.kl_sampled(rollout.logprobs, token_logprobs, estimator)
-        return kl * rollout.mask, token_logprobs * rollout.mask
-
-    def reference_kl(self, rollout: Rollout) -> torch.Tensor:
-        """KL(pi || pi_ref) per response token (see :meth:`reference_pass`)."""
-        return self.reference_pass(rollout)[0]
-
-    def take_rollout(self) -> Rollout:
-        """The rollout collected since the last :meth:`learn` (then forgotten)."""
-        if self.rollout is None:
-            raise RuntimeError("learn() before any end_rollout(): nothing was collected")
-        rollout, self.rollout = self.rollout, None
-        return rollout
-
-    def scaled_scores(self, rollout: Rollout) -> torch.Tensor:
-        """The task scores, scaled as ``score_scaling``/``score_norm``/``score_clip`` say."""
-        cfg = self.config
-        moments = self.score_moments if cfg.score_scaling else None
-        return pm.scale_scores(
-            rollout.rewards.clone(), moments, cfg.score_scaling, cfg.score_norm, cfg.score_clip
-        )
-
-    def finish(
-        self, rollout: Rollout, kl: torch.Tensor, kl_coef: float, scores: torch.Tensor
-    ) -> dict[str, float]:
-        """Update the KL controller from the batch's mean summed KL (over every process);
-        return the statistics every LLM learner reports (the loop's ``kl`` is
-        ``objective/kl``)."""
-        seq_kl = kl.sum(dim=1)
-        B = len(rollout.rewards)
-        self.kl_ctl.update(self.mean_over_processes(seq_kl), B * self.accelerator.num_processes)
-        return {
-            "env/reward_mean": float(rollout.rewards.mean()),
-            "env/reward_std": float(rollout.rewards.std()) if B > 1 else 0.0,
-            "env/response_length": float(rollout.mask.float().sum(dim=1).mean()),
-            "objective/kl": float(seq_kl.mean()),
-            "objective/kl_coef": kl_coef,
-            f"{self.name}/scores_scaled_mean": float(scores.mean()),
-        }
-
-    def mean_over_processes(self, values: torch.Tensor) -> float:
-        """The mean of ``values`` over every process's games (data-parallel runs), as TRL
-        0.7 updates its KL controller from statistics gathered over all processes."""
-        mean = values.float().mean()
-        if self.accelerator.num_processes > 1:
-            mean = self.accelerator.reduce(mean.to(self.device), reduction="mean")
-        return float(mean)
-
-    def sampled_logprobs(self, logits: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Each response token's log-prob under the distribution it was drawn from: the
-        model's own, or as the sampling settings reshape it (``agents/sampling.py``), so the
-        ratio to the log-probs recorded while acting starts at exactly 1."""
-        if not self.sampling.is_model:
-            seen = None
-            if self.sampling.needs_history:
-                seen = seen_before_each(mb["prompt_ids"], mb["prompt_mask"], mb["tokens"])
-            logits = self.sampling.logits(logits, seen)
-        return pm.selective_log_softmax(logits, mb["tokens"])
-
-    def rows_on_device(
-        self, data: dict[str, torch.Tensor], rows: torch.Tensor, steps: int
-    ) -> dict[str, torch.Tensor]:
-        """``rows`` of the batch tensors on the device, their sequences minus the padding
-        all those rows share (never the ``steps`` response columns or the one before)."""
-        mb = {k: v[rows] for k, v in data.items()}
-        mb["ids"], mb["attention"], mb["positions"] = without_shared_padding(
-            mb["attention"], mb["ids"], mb["attention"], mb["positions"], keep=steps + 1
-        )
-        return {k: v.to(self.device) for k, v in mb.items()}
-
-    def steps_in_backward(self) -> bool:
-        """Whether the update steps each parameter as soon as its gradient is complete.
-
-        When a mini-batch is one chunk of one micro-batch, nothing accumulates between
-        backward passes, so Adam can take each parameter's step inside the backward pass
-        and free its gradient at once: the full set of gradients (a copy of the model) is
-        never held, for the same update (PyTorch's "optimizer step in backward" recipe).
-        Clipping needs every gradient first, and data-parallel training averages them
-        after the backward pass, so those keep the plain step.
-        """
-        cfg = self.config
-        return (
-            cfg.gradient_accumulation_steps == 1
-            and cfg.forward_batch_size >= cfg.mini_batch_size
-            and cfg.max_grad_norm is None
-            and self.accelerator.num_processes == 1
-        )
-
-    @property
-    def _torch_optimizer(self) -> torch.optim.Optimizer:
-        """The optimiser inside accelerate's wrapper."""
-        return getattr(self.optimizer, "optimizer", self.optimizer)
-
-    def _step_in_backward(self, param: torch.Tensor) -> None:
-        """Adam's step for ``param`` alone, then its gradient freed (see
-        :meth:`steps_in_backward`). The optimiser is shown a group of just this parameter,
-        so its state and ``state_dict`` stay those of the plain step."""
-        group = (self._groups_in_backward or {}).get(id(param))
-        if group is None:  # not inside such an update (or not a parameter it steps)
-            return
-        optimizer = self._torch_optimizer
-        groups = optimizer.param_groups
-        optimizer.param_groups = [{**group, "params": [param]}]
-        try:
-            optimizer.step()
-        finally:
-            optimizer.param_groups = groups
-        param.grad = None
 
     def learn(self) -> dict[str, float]:
         """One PPO update on the rollout collected since the last call."""
         cfg, ro = self.config, self.take_rollout()
         mask = ro.mask.float()
-        ids, seq_mask, pos = ro.sequences()
-        B, T = ro.tokens.shape
 
-        # Rewards: a KL penalty at every token, the (scaled) task score at the last one.
+        # Rewards: a KL penalty at every token, the (scaled) game reward at the last one.
         kl = self.reference_kl(ro)
         ro.full_logprobs = None  # (B, T, V): not needed past the KL, so not held while learning
-        scores = self.scaled_scores(ro)
+        scores = self.scaled_rewards(ro)
         kl_coef = float(self.kl_ctl.value)
         rewards, non_score = pm.token_rewards(scores, kl, mask, kl_coef)
         # Advantages and value targets from the values recorded while acting.
         advantages, returns = pm.gae(rewards, ro.values, mask, cfg.gamma, cfg.gae_lambda)
         if cfg.whiten_advantages:
             advantages = pm.masked_whiten(advantages, mask)
+        data = {**ro.batch_tensors(), "old_values": ro.values, "advantages": advantages,
+                "returns": returns}  # fmt: skip
 
-        # The batch tensors, built once; every mini-batch is a set of rows of them.
-        data = {
-            "ids": ids, "attention": seq_mask, "positions": pos, "tokens": ro.tokens,
-            "prompt_ids": ro.prompt_ids, "prompt_mask": ro.prompt_mask,
-            "old_logprobs": ro.sample_logprobs, "old_values": ro.values,
-            "advantages": advantages, "returns": returns, "mask": mask,
-        }  # fmt: skip
-        # Epochs of shuffled mini-batches; each mini-batch accumulates its micro-batches, and
-        # a micro-batch is computed in chunks of forward_batch_size rows, each weighted by
-        # its share of the micro-batch's tokens: the gradient and the logged statistics are
-        # exactly the micro-batch's, for a fraction of the activation memory. Its rows are
-        # chunked in order of prompt length, and a chunk drops the padding all its rows
-        # share, so little padding is computed.
-        micro = cfg.mini_batch_size // cfg.gradient_accumulation_steps
-        stats: dict[str, list[float]] = defaultdict(list)
-        if self.steps_in_backward():
-            groups = self._torch_optimizer.param_groups
-            self._groups_in_backward = {id(p): g for g in groups for p in g["params"]}
-        try:
-            self._epochs(data, ro, mask, micro, B, T, stats)
-        finally:
-            self._groups_in_backward = None
-        self.optimizer.zero_grad(set_to_none=True)  # free the gradients until the next update
+        def ppo_loss(
+            mb: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor
+        ) -> tuple[torch.Tensor, dict[str, Any]]:
+            """Clipped policy loss + vf_coef * clipped value loss, token means."""
+            logprobs = self.sampled_logprobs(logits, mb)
+            pg_loss, pg_stats = pm.policy_loss(
+                logprobs, mb["old_logprobs"], mb["advantages"], mb["mask"], cfg.clip_range
+            )
+            vf_loss, vf_stats = pm.value_loss(
+                values[:, :-1].float(), mb["old_values"], mb["returns"], mb["mask"],
+                cfg.clip_range_value,
+            )  # fmt: skip
+            loss = pg_loss + cfg.vf_coef * vf_loss
+            threshold = cfg.ratio_threshold
+            skip = threshold is not None and bool(pg_stats["ratio"] > threshold)
+            if skip:  # TRL 0.7: a spiking ratio would blow the update up
+                loss = loss * 0.0
+            return loss, {"loss_policy": pg_loss, "loss_value": vf_loss, "loss_total": loss,
+                          "skipped_fraction": float(skip), **pg_stats, **vf_stats}  # fmt: skip
 
+        # TRL 0.7 averages the micro-batches' token means: micro-batches weigh by rows.
+        stats = minibatch_update(self, data, ppo_loss, epochs=cfg.ppo_epochs, unit="token",
+                                 weigh_micro_batches="rows", prefix="ppo")  # fmt: skip
         return {
-            **{k: float(np.mean(v)) for k, v in stats.items()},
+            **stats,
             **self.finish(ro, kl, kl_coef, scores),  # the KL controller update, shared stats
             "objective/non_score_reward": float(non_score.sum(dim=1).mean()),
             "ppo/returns_mean": float(pm.masked_mean(returns, mask)),
             "ppo/values_mean": float(pm.masked_mean(ro.values, mask)),
         }
-
-    def _epochs(
-        self,
-        data: dict[str, torch.Tensor],
-        ro: Rollout,
-        mask: torch.Tensor,
-        micro: int,
-        B: int,
-        T: int,
-        stats: dict[str, list[float]],
-    ) -> None:
-        """The PPO epochs of :meth:`learn`: clipped policy and value losses, stepped."""
-        cfg = self.config
-        for _ in range(cfg.ppo_epochs):
-            order = torch.randperm(B, generator=self.shuffle_generator)
-            for batch in order.split(cfg.mini_batch_size):
-                self.optimizer.zero_grad(set_to_none=True)
-                for rows in batch.split(micro):
-                    tokens_in_micro = mask[rows].sum()
-                    micro_stats: dict[str, float] = defaultdict(float)
-                    grouped = by_prompt_length(rows, ro.prompt_mask)
-                    for chunk in grouped.split(cfg.forward_batch_size):
-                        mb = self.rows_on_device(data, chunk, T)
-                        share = float(mb["mask"].sum() / tokens_in_micro)
-                        with self.accelerator.autocast():
-                            logits, values, _ = self.policy(
-                                mb["ids"], mb["attention"], mb["positions"], keep=T + 1
-                            )
-                        logits = response_logits(logits, T)
-                        logprobs = self.sampled_logprobs(logits, mb)
-                        pg_loss, pg_stats = pm.policy_loss(
-                            logprobs, mb["old_logprobs"], mb["advantages"], mb["mask"],
-                            cfg.clip_range,
-                        )  # fmt: skip
-                        vf_loss, vf_stats = pm.value_loss(
-                            values[:, :-1].float(), mb["old_values"], mb["returns"], mb["mask"],
-                            cfg.clip_range_value,
-                        )  # fmt: skip
-                        loss = pg_loss + cfg.vf_coef * vf_loss
-                        threshold = cfg.ratio_threshold
-                        skip = threshold is not None and bool(pg_stats["ratio"] > threshold)
-                        if skip:  # TRL 0.7: a spiking ratio would blow the update up
-                            loss = loss * 0.0
-                        self.accelerator.backward(loss * share * len(rows) / len(batch))
-
-                        with torch.no_grad():
-                            entropy = pm.entropy_from_logits(logits.detach())
-                        chunk_stats = {"loss_policy": pg_loss, "loss_value": vf_loss,
-                                       "loss_total": loss, "skipped_fraction": float(skip),
-                                       "entropy": pm.masked_mean(entropy, mb["mask"]),
-                                       **pg_stats, **vf_stats}  # fmt: skip
-                        for k, v in chunk_stats.items():
-                            micro_stats[k] += share * float(torch.as_tensor(v).detach())
-                    for k, v in micro_stats.items():
-                        stats[f"ppo/{k}"].append(v)
-                if cfg.max_grad_norm is not None:
-                    norm = self.accelerator.clip_grad_norm_(
-                        self.model.trainable_parameters(), cfg.max_grad_norm
-                    )
-                    stats["ppo/grad_norm"].append(float(norm))
-                if self._groups_in_backward is None:
-                    self.optimizer.step()
-
-    # ------------------------------------------------------------------ persistence
-    def export(
-        self, path: Path, tokenizer: Any, merge: bool = False, info: dict | None = None
-    ) -> Path:
-        """The policy as a Hugging Face model folder plus its value head (agents/export.py)."""
-        from agents.export import export_policy
-
-        return export_policy(self.model, tokenizer, path, merge, info)
-
-    def save(self, path: Path) -> None:
-        """Weights, optimiser and RNG states as safetensors; the rest as JSON, written last."""
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        state_io.save_tensors(self.model.policy_state_dict(), path / "policy.safetensors")
-        optimizer_tensors, optimizer_rest = state_io.split_optimizer_state(
-            self.optimizer.state_dict()
-        )
-        tensors = {f"optimizer.{k}": v for k, v in optimizer_tensors.items()}
-        tensors["rng.sampling"] = self.generator.get_state()
-        tensors["rng.shuffle"] = self.shuffle_generator.get_state()
-        state_io.save_tensors(tensors, path / "state.safetensors")
-        state_io.save_json(
-            {
-                "format": FORMAT,
-                "learner": self.name,
-                "optimizer": optimizer_rest,
-                "kl_ctl": self.kl_ctl.state_dict(),
-                "score_moments": self.score_moments.state_dict(),
-                "config": asdict(self.config),
-            },
-            path / "agent.json",
-        )
-
-    def load(self, path: Path) -> None:
-        """Restore what :meth:`save` wrote; a bad file raises ``CheckpointError`` naming it."""
-        path = Path(path)
-        if not (path / "agent.json").exists() and (path / "agent.pt").exists():
-            raise state_io.invalid(
-                path / "agent.pt",
-                "a pickled checkpoint of an older version; pickles can run code, so they are "
-                "never loaded",
-            )
-        meta = state_io.require(
-            state_io.load_json(path / "agent.json"),
-            ("format", "optimizer", "kl_ctl", "score_moments"),
-            path / "agent.json",
-        )
-        if meta["format"] != FORMAT:
-            raise state_io.invalid(path / "agent.json", f"unknown format {meta['format']!r}")
-        if meta.get("learner", self.name) != self.name:
-            raise state_io.invalid(
-                path / "agent.json",
-                f"it holds a {meta['learner']!r} learner, this seat plays {self.name!r}",
-            )
-        policy = state_io.load_tensors(path / "policy.safetensors")
-        tensors = state_io.load_tensors(path / "state.safetensors")
-        try:
-            self.model.load_policy_state_dict(policy)
-        except RuntimeError as err:
-            raise state_io.invalid(
-                path / "policy.safetensors", f"weights of a different model: {err}"
-            ) from None
-        try:
-            optimizer = {k[10:]: v for k, v in tensors.items() if k.startswith("optimizer.")}
-            self.optimizer.load_state_dict(
-                state_io.join_optimizer_state(optimizer, meta["optimizer"])
-            )
-            self.generator.set_state(tensors["rng.sampling"])
-            self.shuffle_generator.set_state(tensors["rng.shuffle"])
-            self.kl_ctl.load_state_dict(meta["kl_ctl"])
-            self.score_moments.load_state_dict(meta["score_moments"])
-        except (KeyError, ValueError, TypeError, RuntimeError) as err:
-            raise state_io.invalid(path, f"inconsistent agent state: {err!r}") from None
 
 
 @register_learner("ppo", config=PPOConfig)

@@ -84,7 +84,8 @@ import torch
 from torch import nn
 
 import train.loop as loop
-from agents.ppo import PPOAgent, Turn
+from agents.llm import Turn
+from agents.ppo import PPOAgent
 from train import allocator
 from train.config import TrainConfig, build_config
 from train.run import build_game_and_learners
@@ -348,7 +349,7 @@ def _instrument_learner(
             first = bool((np.asarray(obs["num_generated"]) == 0).all())
             with rec.phase("act") as s:
                 out = orig(obs)
-            turn = learner._turn
+            turn = learner.turn
             rows = len(out)
             if first:
                 width = turn.prompt_ids.shape[1]
@@ -370,7 +371,7 @@ def _instrument_learner(
             accepted = np.asarray(obs["num_generated"])
             # Useful decode steps feed the accepted tokens but the last one.
             rec.phases["act"].real += float(np.clip(accepted - 1, 0, None).sum())
-            captured.setdefault("steps", {})[agent] = len(learner._turn.tokens)
+            captured.setdefault("steps", {})[agent] = len(learner.turn.tokens)
             return orig(obs, rewards)
 
         return counted

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 
 import numpy as np
 import pytest
@@ -23,8 +24,9 @@ from agents.elastic_reset import (
     reset_parameters,
 )
 from agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
+from agents.llm import response_logits
 from agents.policy import build_policies
-from agents.ppo import PPOAgent, PPOConfig, response_logits
+from agents.ppo import PPOAgent, PPOConfig
 from agents.reinforce import ReinforceAgent, ReinforceConfig
 from agents.state_io import CheckpointError
 from cory_env.checks import SettingError
@@ -136,14 +138,16 @@ def token_logprobs(agent, rollout):
 
 
 def spy_on_gradient_pass(agent, monkeypatch):
+    """Record the batch tensors the learner hands the update (``agents/update.py``)."""
     seen = {}
-    original = agent.gradient_pass
+    module = sys.modules[type(agent).__module__]
+    original = module.minibatch_update
 
-    def spy(data, *args, **kwargs):
+    def spy(learner, data, *args, **kwargs):
         seen.update(data)
-        return original(data, *args, **kwargs)
+        return original(learner, data, *args, **kwargs)
 
-    monkeypatch.setattr(agent, "gradient_pass", spy)
+    monkeypatch.setattr(module, "minibatch_update", spy)
     return seen
 
 
@@ -288,16 +292,21 @@ LEARNERS = {
 
 @pytest.mark.parametrize("name", sorted(LEARNERS))
 def test_gradient_accumulation_gives_the_mini_batch_gradient(tiny_tokenizer, tiny_lm, name):
-    """However a mini-batch is split into micro-batches, its gradient is the same: each
-    micro-batch is weighted by its share of the valid tokens (REINFORCE, GRPO) or rows (RLOO)."""
+    """However a mini-batch is split into micro-batches (gradient accumulation) or chunks
+    (``forward_batch_size``, the shared update's memory setting), its gradient is the same:
+    each part is weighted by its share of the valid tokens (REINFORCE, GRPO) or rows (RLOO)."""
     cls, config = LEARNERS[name]
     ro = None
     grads = []
-    for steps in (1, 2, 4):
-        cfg = config(mini_batch_size=4, gradient_accumulation_steps=steps, ppo_epochs=1, **FIXED)
+    splits = ((1, 16), (2, 16), (4, 16), (1, 1), (2, 1))  # (micro-batches, rows per forward)
+    for steps, rows_per_forward in splits:
+        epochs = {} if config is ReinforceConfig else {"ppo_epochs": 1}
+        cfg = config(mini_batch_size=4, gradient_accumulation_steps=steps,
+                     forward_batch_size=rows_per_forward, **epochs, **FIXED)  # fmt: skip
         [policy], reference = build_policies(tiny_lm, 1)
         extra = {} if cls is ReinforceAgent else {"group_size": 2}
         agent = cls(policy, reference, cfg, tiny_tokenizer.pad_token_id, **extra)
+        agent.steps_in_backward = lambda: False  # keep every gradient until the step
         if ro is None:  # one rollout for all three, rows of 3, 1, 2 and 3 tokens
             ro = rollout_of(agent, tiny_tokenizer, batch=4, budget=3, group_size=2)
             assert ro.tokens.shape[1] == 3
@@ -309,7 +318,7 @@ def test_gradient_accumulation_gives_the_mini_batch_gradient(tiny_tokenizer, tin
             [p.grad.clone() if p.grad is not None else None for p in params]
         )
         agent.learn()
-    assert len(grads) == 3
+    assert len(grads) == len(splits)
     for other in grads[1:]:
         for a, b in zip(grads[0], other, strict=True):
             assert (a is None) == (b is None)
@@ -324,7 +333,8 @@ def test_a_repetition_penalty_trains_the_distribution_sampled_from(
     """As PPO: log-probs under the penalised distribution the tokens came from, so the
     first ratio is exactly 1 and REINFORCE's gradient is that of the policy that acted."""
     cls, config = LEARNERS[name]
-    cfg = config(mini_batch_size=4, ppo_epochs=1, repetition_penalty=1.3, **FIXED)
+    epochs = {} if config is ReinforceConfig else {"ppo_epochs": 1}
+    cfg = config(mini_batch_size=4, repetition_penalty=1.3, **epochs, **FIXED)
     [policy], reference = build_policies(tiny_lm, 1)
     extra = {} if cls is ReinforceAgent else {"group_size": 2}
     agent = cls(policy, reference, cfg, tiny_tokenizer.pad_token_id, **extra)

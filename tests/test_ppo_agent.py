@@ -9,8 +9,9 @@ import pytest
 import torch
 
 import cory_env
+from agents.llm import response_logits
 from agents.policy import build_policies
-from agents.ppo import PPOAgent, PPOConfig, response_logits
+from agents.ppo import PPOAgent, PPOConfig
 from tests.conftest import make_tiny_gpt2, make_tiny_lm
 from train.loop import play_batch
 
@@ -415,7 +416,7 @@ def test_activation_checkpointing_wraps_a_shared_lora_base_once(tiny_tokenizer, 
 
 
 def test_activation_checkpointing_refuses_a_model_without_checkpointable_layers():
-    from agents.policy import recompute_activations
+    from agents.speedups import recompute_activations
 
     with pytest.raises(ValueError, match="activation_checkpointing"):
         recompute_activations(torch.nn.Sequential(torch.nn.Linear(2, 2)))
@@ -455,6 +456,32 @@ def test_a_one_chunk_mini_batch_steps_each_parameter_inside_the_backward(tiny_to
         assert stats_a[key] == pytest.approx(stats_b[key], rel=1e-6, abs=1e-8), key
 
 
+@pytest.mark.parametrize("name", ["reinforce", "rloo", "grpo"])
+def test_critic_free_learners_step_inside_the_backward_too(tiny_tokenizer, name):
+    """The one update (agents/update.py) serves every learner: a one-chunk mini-batch of a
+    critic-free learner steps in the backward too, for the plain step's parameters."""
+    from agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
+    from agents.reinforce import ReinforceAgent, ReinforceConfig
+
+    cls, config = {"reinforce": (ReinforceAgent, ReinforceConfig), "rloo": (RLOOAgent, RLOOConfig),
+                   "grpo": (GRPOAgent, GRPOConfig)}[name]  # fmt: skip
+    extra = {} if cls is ReinforceAgent else {"group_size": 2}
+    game = cory_env.batched_game(target_task(tiny_tokenizer), batch_size=8, n_agents=1,
+                                 tokenizer=tiny_tokenizer, group_size=2)  # fmt: skip
+    params_after = []
+    for clip in (None, 1e9):
+        cfg = config(mini_batch_size=4, learning_rate=1e-2, max_grad_norm=clip)
+        [policy], reference = build_policies(make_tiny_lm(len(tiny_tokenizer)), 1)
+        agent = cls(policy, reference, cfg, tiny_tokenizer.pad_token_id, seed=0, **extra)
+        assert agent.steps_in_backward() == (clip is None)
+        game.reset(seed=0)
+        play_batch(game, {"llm_0": agent})
+        agent.learn()
+        params_after.append([p.detach().clone() for p in agent.model.trainable_parameters()])
+    for a, b in zip(*params_after, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
 def test_fused_lora_layers_compute_peft_s_sum_and_gradients(tiny_tokenizer, monkeypatch):
     """One addmm per adapted layer gives peft's output and adapter gradients; the
     reference (adapters disabled) still takes peft's own path, unchanged."""
@@ -463,7 +490,7 @@ def test_fused_lora_layers_compute_peft_s_sum_and_gradients(tiny_tokenizer, monk
     from peft import LoraConfig, get_peft_model
     from peft.tuners.lora.layer import Linear as LoraLinear
 
-    from agents.policy import fuse_lora_sums
+    from agents.speedups import fuse_lora_sums
 
     lora = LoraConfig(r=3, lora_alpha=7, target_modules="all-linear", lora_dropout=0.0)
     base = make_tiny_lm(len(tiny_tokenizer))

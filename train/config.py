@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from agents.ppo import PPO_SETTINGS, PPOConfig
+from agents.ppo import PPOConfig
 from cory_env import checks
 from cory_env.core import GAME_SETTINGS
 from cory_env.plugins import import_modules
@@ -27,6 +27,8 @@ from cory_env.tasks.base import budget_range
 from train.algorithms import ALGORITHMS, algorithm_defaults
 from train.allocator import ALLOCATORS
 from train.arguments import ArgumentParser
+
+PPO_SETTINGS = tuple(f.name for f in dataclasses.fields(PPOConfig))
 
 
 @dataclass

@@ -1,0 +1,104 @@
+"""The one mini-batch update every LLM learner steps its loss with (PPO, REINFORCE, RLOO, GRPO).
+
+``epochs`` passes over the batch in shuffled mini-batches, one optimiser step per
+mini-batch. A mini-batch accumulates ``gradient_accumulation_steps`` micro-batches, and a
+micro-batch is computed in chunks of ``forward_batch_size`` rows, ordered by prompt length
+so that a chunk drops the padding all its rows share. Each chunk's loss (a mean over its
+units: valid tokens or answers) is weighted by its share of the micro-batch's units, so
+the gradient and the logged statistics are exactly the micro-batch's, for a fraction of
+the activation memory. Micro-batches are weighted by their rows (TRL 0.7's PPO: each
+micro-batch's mean counts alike) or by their units (a mean over the whole mini-batch).
+Gradients are clipped to ``max_grad_norm`` when set; when nothing accumulates, Adam steps
+inside the backward pass (``agents/speedups.py``).
+
+The learner supplies the loss: ``loss_fn(chunk, logits, values) -> (loss, stats)``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+import torch
+
+from agents import ppo_math as pm
+from agents.llm import by_prompt_length, response_logits
+
+if TYPE_CHECKING:
+    from agents.llm import LLMLearner
+
+LossFn = Callable[
+    [dict[str, torch.Tensor], torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, Any]]
+]
+"""``(chunk, logits, values) -> (mean loss over the chunk's units, statistics)``: ``chunk``
+holds the batch tensors' rows on the device, ``logits`` (B, T, V) are those that predicted
+the response tokens (float32), ``values`` (B, T+1) the value head's at the last T+1
+positions."""
+
+
+def minibatch_update(
+    learner: LLMLearner,
+    data: dict[str, torch.Tensor],
+    loss_fn: LossFn,
+    *,
+    epochs: int,
+    unit: Literal["token", "answer"] = "token",
+    weigh_micro_batches: Literal["rows", "units"] = "units",
+    prefix: str | None = None,
+) -> dict[str, float]:
+    """Step ``loss_fn`` over ``data`` (the rollout's batch tensors, with ``mask`` and
+    ``tokens``); return each statistic's mean over the micro-batches, under ``prefix/``
+    (default the learner's name): the loss's own, ``entropy`` and ``grad_norm``."""
+    cfg = learner.config
+    prefix = prefix or learner.name
+    mask = data["mask"]
+    B, T = data["tokens"].shape
+    micro = cfg.mini_batch_size // cfg.gradient_accumulation_steps
+
+    def units(rows: torch.Tensor) -> torch.Tensor | int:
+        return mask[rows].sum() if unit == "token" else len(rows)
+
+    stats: dict[str, list[float]] = defaultdict(list)
+    with learner.step_in_backward.active(learner.steps_in_backward()) as stepping:
+        for _ in range(epochs):
+            order = torch.randperm(B, generator=learner.shuffle_generator)
+            for batch in order.split(cfg.mini_batch_size):
+                learner.optimizer.zero_grad(set_to_none=True)
+                units_in_batch = float(units(batch))
+                for rows in batch.split(micro):
+                    units_in_micro = units(rows)
+                    micro_stats: dict[str, float] = defaultdict(float)
+                    for chunk in by_prompt_length(rows, data["prompt_mask"]).split(
+                        cfg.forward_batch_size
+                    ):
+                        mb = learner.rows_on_device(data, chunk, T)
+                        share = float(units(chunk) / units_in_micro)
+                        with learner.accelerator.autocast():
+                            logits, values, _ = learner.policy(
+                                mb["ids"], mb["attention"], mb["positions"], keep=T + 1
+                            )
+                        logits = response_logits(logits, T)
+                        loss, chunk_stats = loss_fn(mb, logits, values)
+                        if weigh_micro_batches == "rows":
+                            learner.accelerator.backward(loss * share * len(rows) / len(batch))
+                        else:
+                            weight = float(units_in_micro) / units_in_batch
+                            learner.accelerator.backward(loss * share * weight)
+                        with torch.no_grad():
+                            entropy = pm.entropy_from_logits(logits.detach())
+                        chunk_stats["entropy"] = pm.masked_mean(entropy, mb["mask"])
+                        for k, v in chunk_stats.items():
+                            micro_stats[k] += share * float(torch.as_tensor(v).detach())
+                    for k, v in micro_stats.items():
+                        stats[f"{prefix}/{k}"].append(v)
+                if cfg.max_grad_norm is not None:
+                    norm = learner.accelerator.clip_grad_norm_(
+                        learner.model.trainable_parameters(), cfg.max_grad_norm
+                    )
+                    stats[f"{prefix}/grad_norm"].append(float(norm))
+                if not stepping:
+                    learner.optimizer.step()
+    learner.optimizer.zero_grad(set_to_none=True)  # free the gradients until the next update
+    return {k: float(np.mean(v)) for k, v in stats.items()}
