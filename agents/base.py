@@ -38,7 +38,13 @@ class Learner(Protocol):
         """Update from what was collected since the last call; return scalar statistics."""
 
     def save(self, path: Path) -> None:
-        """Write everything needed to resume into the folder ``path``."""
+        """Write everything needed to resume into the folder ``path``.
+
+        A learner may also take a keyword ``writer`` (an ``agents.state_io.WriteQueue``)
+        and queue its file writes there (``state_io.save_tensors``/``save_json`` take it):
+        the loop then writes the checkpoint in the background while the next rollout
+        plays. Without it, the learner's files are written during the call.
+        """
 
     def load(self, path: Path) -> None:
         """Restore what :meth:`save` wrote."""

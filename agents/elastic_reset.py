@@ -64,11 +64,13 @@ class ElasticResetConfig(PPOConfig):
     reset_freq: int = 17
     """Reset every this many ``learn()`` calls (iterations)."""
 
+    where = "elastic_reset"
+
     def validate(self) -> None:
         super().validate()
         w = "elastic_reset"
-        self.ema_decay = checks.number(self.ema_decay, "ema_decay", minimum=0, maximum=1, where=w)
-        self.reset_freq = checks.integer(self.reset_freq, "reset_freq", minimum=1, where=w)
+        checks.number(self.ema_decay, "ema_decay", minimum=0, maximum=1, where=w)
+        checks.integer(self.reset_freq, "reset_freq", minimum=1, where=w)
 
 
 def reset_parameters(model: PolicyWithValue) -> dict[str, nn.Parameter]:
@@ -145,16 +147,17 @@ class ElasticReset:
         stats["elastic_reset/reset"] = float(reset)
         return stats
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, writer: state_io.WriteQueue | None = None) -> None:
         """PPO's files, plus ``elastic_reset.safetensors`` (EMA, initial) and ``.json``."""
         path = Path(path)
-        self.agent.save(path)
+        self.agent.save(path, writer)
         tensors = {f"ema.{n}": t for n, t in self.ema.items()}
         tensors.update({f"initial.{n}": t for n, t in self.initial.items()})
-        state_io.save_tensors(tensors, path / "elastic_reset.safetensors")
+        state_io.save_tensors(tensors, path / "elastic_reset.safetensors", writer)
         state_io.save_json(
-            {"format": FORMAT, "learn_calls": self.learn_calls}, path / "elastic_reset.json"
-        )
+            {"format": FORMAT, "learn_calls": self.learn_calls}, path / "elastic_reset.json",
+            writer,
+        )  # fmt: skip
 
     def load(self, path: Path) -> None:
         """Restore what :meth:`save` wrote; a bad file raises ``CheckpointError`` naming it."""

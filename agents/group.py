@@ -63,10 +63,8 @@ class RLOOConfig(LLMConfig):
     def validate(self) -> None:
         super().validate()
         w = self.where
-        self.ppo_epochs = checks.integer(self.ppo_epochs, "ppo_epochs", minimum=1, where=w)
-        self.clip_range = checks.number(
-            self.clip_range, "clip_range", minimum=0, exclusive_min=True, where=w
-        )
+        checks.integer(self.ppo_epochs, "ppo_epochs", minimum=1, where=w)
+        checks.number(self.clip_range, "clip_range", minimum=0, exclusive_min=True, where=w)
 
 
 @dataclass
@@ -186,7 +184,7 @@ class GRPOAgent(GroupAgent):
 
 
 def _build(cls: type[GroupAgent], seat: Seat) -> GroupAgent:
-    policy, reference = seat.models.policy(seat.model, seat.agent)
+    policy, reference = seat.model_pool.policy(seat.model, seat.agent)
     return cls(
         policy,
         reference,

@@ -62,33 +62,27 @@ class LLMConfig:
     where = "learner"
     """How error messages name these settings."""
 
+    def __post_init__(self) -> None:
+        checks.plain_numbers(self)
+
     def validate(self) -> None:
-        """Check every setting's type and range (numbers are normalised in place)."""
+        """Check every setting's type and range; nothing is changed."""
         w = self.where
         positive = {"minimum": 0, "exclusive_min": True, "where": w}
         for name in ("learning_rate", "kl_target", "temperature"):
-            setattr(self, name, checks.number(getattr(self, name), name, **positive))
-        self.init_kl_coef = checks.number(self.init_kl_coef, "init_kl_coef", minimum=0, where=w)
-        self.top_p = checks.number(
-            self.top_p, "top_p", minimum=0, maximum=1, exclusive_min=True, where=w
-        )
-        self.repetition_penalty = checks.number(
-            self.repetition_penalty, "repetition_penalty", hint="1 = off", **positive
-        )
-        for name in ("max_grad_norm", "score_clip"):
-            if getattr(self, name) is not None:
-                hint = (
-                    "a negative norm would reverse the gradients" if name == "max_grad_norm" else ""
-                )
-                setattr(self, name, checks.number(getattr(self, name), name, hint=hint, **positive))
-        for name in (
-            "mini_batch_size",
-            "gradient_accumulation_steps",
-            "forward_batch_size",
-            "kl_horizon",
-        ):
-            setattr(self, name, checks.integer(getattr(self, name), name, minimum=1, where=w))
-        self.top_k = checks.integer(self.top_k, "top_k", minimum=0, where=w, hint="0 = off")
+            checks.number(getattr(self, name), name, **positive)
+        checks.number(self.init_kl_coef, "init_kl_coef", minimum=0, where=w)
+        checks.number(self.top_p, "top_p", minimum=0, maximum=1, exclusive_min=True, where=w)
+        checks.number(self.repetition_penalty, "repetition_penalty", hint="1 = off", **positive)
+        if self.max_grad_norm is not None:
+            checks.number(self.max_grad_norm, "max_grad_norm", **positive,
+                          hint="a negative norm would reverse the gradients")  # fmt: skip
+        if self.score_clip is not None:
+            checks.number(self.score_clip, "score_clip", **positive)
+        for name in ("mini_batch_size", "gradient_accumulation_steps", "forward_batch_size",
+                     "kl_horizon"):  # fmt: skip
+            checks.integer(getattr(self, name), name, minimum=1, where=w)
+        checks.integer(self.top_k, "top_k", minimum=0, where=w, hint="0 = off")
         for name in ("adaptive_kl", "whiten_advantages", "score_scaling", "score_norm"):
             checks.boolean(getattr(self, name), name, where=w)
         checks.choice(self.kl_estimator, "kl_estimator", ("full", *pm.KL_ESTIMATORS), where=w)
@@ -499,18 +493,19 @@ class LLMLearner:
 
         return export_policy(self.model, tokenizer, path, merge, info)
 
-    def save(self, path: Path) -> None:
-        """Weights, optimiser and RNG states as safetensors; the rest as JSON, written last."""
+    def save(self, path: Path, writer: state_io.WriteQueue | None = None) -> None:
+        """Weights, optimiser and RNG states as safetensors; the rest as JSON, written last
+        (or queued on ``writer``, in that order)."""
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        state_io.save_tensors(self.model.policy_state_dict(), path / "policy.safetensors")
+        state_io.save_tensors(self.model.policy_state_dict(), path / "policy.safetensors", writer)
         optimizer_tensors, optimizer_rest = state_io.split_optimizer_state(
             self.optimizer.state_dict()
         )
         tensors = {f"optimizer.{k}": v for k, v in optimizer_tensors.items()}
         tensors["rng.sampling"] = self.generator.get_state()
         tensors["rng.shuffle"] = self.shuffle_generator.get_state()
-        state_io.save_tensors(tensors, path / "state.safetensors")
+        state_io.save_tensors(tensors, path / "state.safetensors", writer)
         state_io.save_json(
             {
                 "format": FORMAT,
@@ -521,6 +516,7 @@ class LLMLearner:
                 "config": asdict(self.config),
             },
             path / "agent.json",
+            writer,
         )
 
     def load(self, path: Path) -> None:

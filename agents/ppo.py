@@ -48,18 +48,15 @@ class PPOConfig(LLMConfig):
         super().validate()
         w = self.where
         for name in ("clip_range", "clip_range_value"):
-            setattr(self, name, checks.number(getattr(self, name), name, minimum=0,
-                                              exclusive_min=True, where=w))  # fmt: skip
+            checks.number(getattr(self, name), name, minimum=0, exclusive_min=True, where=w)
         for name in ("gamma", "gae_lambda"):
-            setattr(
-                self, name, checks.number(getattr(self, name), name, minimum=0, maximum=1, where=w)
-            )
-        self.vf_coef = checks.number(self.vf_coef, "vf_coef", minimum=0, where=w)
+            checks.number(getattr(self, name), name, minimum=0, maximum=1, where=w)
+        checks.number(self.vf_coef, "vf_coef", minimum=0, where=w)
         if self.ratio_threshold is not None:
-            self.ratio_threshold = checks.number(
+            checks.number(
                 self.ratio_threshold, "ratio_threshold", minimum=0, exclusive_min=True, where=w
             )
-        self.ppo_epochs = checks.integer(self.ppo_epochs, "ppo_epochs", minimum=1, where=w)
+        checks.integer(self.ppo_epochs, "ppo_epochs", minimum=1, where=w)
 
 
 class PPOAgent(LLMLearner):
@@ -120,7 +117,7 @@ class PPOAgent(LLMLearner):
 @register_learner("ppo", config=PPOConfig)
 def make_ppo_agent(seat: Seat) -> PPOAgent:
     """Token-level PPO with a value head (TRL 0.7 formulation, as the official CORY code)."""
-    policy, reference = seat.models.policy(seat.model, seat.agent)
+    policy, reference = seat.model_pool.policy(seat.model, seat.agent)
     return PPOAgent(
         policy, reference, seat.settings, seat.pad_token_id, seat.accelerator, seed=seat.seed
     )

@@ -180,13 +180,13 @@ def gae(
     values: torch.Tensor,
     mask: torch.Tensor,
     gamma: float = 1.0,
-    lam: float = 0.95,
+    gae_lambda: float = 0.95,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalized advantage estimation over right-padded (B, T) rows.
 
-    delta_t = r_t + gamma * V_{t+1} - V_t and A_t = delta_t + gamma * lam * A_{t+1},
-    run backwards. lam trades bias (lam=0: one-step TD) against variance
-    (lam=1: Monte Carlo). The value after the last valid token is 0 because the
+    delta_t = r_t + gamma * V_{t+1} - V_t and A_t = delta_t + gamma * gae_lambda * A_{t+1},
+    run backwards. gae_lambda trades bias (0: one-step TD) against variance
+    (1: Monte Carlo). The value after the last valid token is 0 because the
     episode ends there; padding is zeroed so it contributes nothing. Returns
     ``(advantages, returns)`` with returns = advantages + values (the value
     targets), both detached and zero on padding. Advantages are not whitened.
@@ -201,7 +201,7 @@ def gae(
     for t in reversed(range(T)):
         next_values = values[:, t + 1] if t < T - 1 else torch.zeros_like(last_gae)
         delta = rewards[:, t] + gamma * next_values - values[:, t]
-        last_gae = delta + gamma * lam * last_gae
+        last_gae = delta + gamma * gae_lambda * last_gae
         advantages_reversed.append(last_gae)
     advantages = torch.stack(advantages_reversed[::-1], dim=1)
     advantages = torch.where(valid, advantages, zeros)

@@ -9,11 +9,11 @@
 
 The run builds one learner per seat: ``Seat`` carries the seat's name, its validated
 hyper-parameters (``seat.settings``), its tokenizer, and for LLM learners the shared
-:class:`agents.policy.ModelPool`, which loads each base model once and gives every seat
-of that base one frozen reference. Every module in ``agents/`` is imported on the first
-look-up, so dropping a file there is all it takes; a package of one's own registers its
-learners through the ``cory.learners`` entry point, or ``--import`` names its module
-(``cory_env/plugins.py``).
+:class:`agents.policy.ModelPool` (``seat.model_pool``), which loads each base model once
+and gives every seat of that base one frozen reference. Every module in ``agents/`` is
+imported on the first look-up, so dropping a file there is all it takes; a package of
+one's own registers its learners through the ``cory.learners`` entry point, or
+``--import`` names its module (``cory_env/plugins.py``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agents.base import PROTOCOL_METHODS, Learner
-from cory_env.checks import SettingError, free_name
+from cory_env.checks import SettingError, deprecated, free_name
 from cory_env.plugins import LEARNERS, load_plugins
 
 
@@ -44,13 +44,19 @@ class Seat:
     vocab_size: int
     pad_token_id: int
     model: str
-    """The model id or path of this seat (LLM learners load it through ``models``)."""
-    models: Any
+    """The model id or path of this seat (LLM learners load it through ``model_pool``)."""
+    model_pool: Any
     """The run's :class:`agents.policy.ModelPool` (shared by all seats)."""
     accelerator: Any
     seed: int
     group_size: int = 1
     """Each query is played ``group_size`` times in a row of the batch (group baselines)."""
+
+    @property
+    def models(self) -> Any:
+        """The old name of :attr:`model_pool`, still read (with a note)."""
+        deprecated("Seat.models is now Seat.model_pool")
+        return self.model_pool
 
 
 @dataclass(frozen=True)

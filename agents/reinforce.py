@@ -63,11 +63,9 @@ class ReinforceConfig(LLMConfig):
     def validate(self) -> None:
         super().validate()
         w = self.where
-        self.gamma = checks.number(self.gamma, "gamma", minimum=0, maximum=1, where=w)
+        checks.number(self.gamma, "gamma", minimum=0, maximum=1, where=w)
         checks.choice(self.baseline, "baseline", BASELINES, where=w)
-        self.baseline_decay = checks.number(
-            self.baseline_decay, "baseline_decay", minimum=0, maximum=1, where=w
-        )
+        checks.number(self.baseline_decay, "baseline_decay", minimum=0, maximum=1, where=w)
 
 
 class ReinforceAgent(LLMLearner):
@@ -128,10 +126,12 @@ class ReinforceAgent(LLMLearner):
             "reinforce/baseline": b,
         }
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, writer: state_io.WriteQueue | None = None) -> None:
         """The base's files, plus the running baseline in ``reinforce.json``."""
-        super().save(path)
-        state_io.save_json({"baseline": self.running.state_dict()}, Path(path) / "reinforce.json")
+        super().save(path, writer)
+        state_io.save_json(
+            {"baseline": self.running.state_dict()}, Path(path) / "reinforce.json", writer
+        )
 
     def load(self, path: Path) -> None:
         super().load(path)
@@ -146,7 +146,7 @@ class ReinforceAgent(LLMLearner):
 @register_learner("reinforce", config=ReinforceConfig)
 def make_reinforce_agent(seat: Seat) -> ReinforceAgent:
     """REINFORCE with a baseline and PPO's per-token KL penalty, no critic."""
-    policy, reference = seat.models.policy(seat.model, seat.agent)
+    policy, reference = seat.model_pool.policy(seat.model, seat.agent)
     return ReinforceAgent(
         policy, reference, seat.settings, seat.pad_token_id, seat.accelerator, seed=seat.seed
     )

@@ -7,11 +7,9 @@ file into a :class:`CheckpointError` that names the file.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import struct
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +24,6 @@ _DTYPE_NAMES = {
     torch.float64: "F64", torch.int64: "I64",
 }  # fmt: skip
 _DTYPE_RANK = {dtype: rank for rank, dtype in enumerate(_DTYPE_NAMES)}
-_deferred: list[Callable[[], None]] | None = None
 
 
 class CheckpointError(RuntimeError):
@@ -40,40 +37,30 @@ def invalid(path: Path, why: str) -> CheckpointError:
     )
 
 
-def _replace_atomically(path: Path, write: Any) -> None:
-    """Write to a sibling then rename, so a reader never sees half a file.
+class WriteQueue(list):
+    """File writes of :func:`save_tensors` and :func:`save_json` queued instead of done,
+    to be run later in order (``for write in queue: write()``).
 
-    Inside :func:`deferred_writes` the write is queued instead, to run later in order.
+    What they save is taken at the call (JSON as text, tensors by reference), so a caller
+    can run the queue in a background thread while the next rollout plays, as long as the
+    saved tensors are not modified until it has finished (the loop waits before learning).
+    A learner's ``save(path, writer=queue)`` hands its writes to the queue this way.
     """
+
+
+def _replace_atomically(path: Path, write: Any, writer: WriteQueue | None) -> None:
+    """Write to a sibling then rename, so a reader never sees half a file; with a
+    ``writer``, the write is queued there instead."""
 
     def run() -> None:
         tmp = path.with_name(path.name + ".partial")
         write(tmp)
         os.replace(tmp, path)
 
-    if _deferred is None:
+    if writer is None:
         run()
     else:
-        _deferred.append(run)
-
-
-@contextlib.contextmanager
-def deferred_writes() -> Iterator[list[Callable[[], None]]]:
-    """Queue the file writes of :func:`save_tensors` and :func:`save_json` instead of doing them.
-
-    What they save is taken at the call (JSON as text, tensors by reference), so a caller
-    can run the queue in a background thread while the next rollout plays, as long as the
-    saved tensors are not modified until it has finished (the loop waits before learning).
-    """
-    global _deferred
-    if _deferred is not None:
-        raise RuntimeError("deferred_writes() does not nest")
-    queue: list[Callable[[], None]] = []
-    _deferred = queue
-    try:
-        yield queue
-    finally:
-        _deferred = None
+        writer.append(run)
 
 
 def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: dict) -> None:
@@ -110,8 +97,11 @@ def write_safetensors(tensors: dict[str, torch.Tensor], path: Path, metadata: di
                 f.write(tensors[name].reshape(-1).view(torch.uint8).numpy().data)
 
 
-def save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
-    """Save named tensors; tensors that share storage (tied embeddings) are stored once."""
+def save_tensors(
+    tensors: dict[str, torch.Tensor], path: Path, writer: WriteQueue | None = None
+) -> None:
+    """Save named tensors, now or queued on ``writer``; tensors that share storage (tied
+    embeddings) are stored once."""
     unique: dict[str, torch.Tensor] = {}
     aliases: dict[str, str] = {}
     seen: dict[tuple[int, int, tuple[int, ...], torch.dtype], str] = {}
@@ -129,7 +119,7 @@ def save_tensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
         seen[key] = name
         unique[name] = tensor.contiguous().cpu()
     metadata = {_ALIASES: json.dumps(aliases)}
-    _replace_atomically(Path(path), lambda tmp: write_safetensors(unique, tmp, metadata))
+    _replace_atomically(Path(path), lambda tmp: write_safetensors(unique, tmp, metadata), writer)
 
 
 def load_tensors(path: Path) -> dict[str, torch.Tensor]:
@@ -151,9 +141,10 @@ def load_tensors(path: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-def save_json(value: Any, path: Path) -> None:
+def save_json(value: Any, path: Path, writer: WriteQueue | None = None) -> None:
+    """``value`` as JSON, written atomically now or queued on ``writer``."""
     text = json.dumps(value, indent=1)
-    _replace_atomically(Path(path), lambda tmp: Path(tmp).write_text(text))
+    _replace_atomically(Path(path), lambda tmp: Path(tmp).write_text(text), writer)
 
 
 def load_json(path: Path) -> Any:

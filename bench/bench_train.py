@@ -436,9 +436,10 @@ def _instrument_learner(
     _wrap(learner, "act", act)
     _wrap(learner, "end_rollout", end_rollout)
     _wrap(learner, "reference_kl", reference_kl)
-    if not getattr(learner.reference, "_bench_counted", False):  # shared between seats
+    counted = captured.setdefault("counted_references", set())
+    if id(learner.reference) not in counted:  # one reference may serve several seats
         _wrap(learner.reference, "logits", reference_logits)
-        learner.reference._bench_counted = True
+        counted.add(id(learner.reference))
     _wrap(learner, "learn", learn)
     _wrap(learner.policy, "forward", forward)
     _wrap(learner.optimizer, "step", step)
@@ -685,14 +686,15 @@ def run_one(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
     peak_rss = max(max(s.rss_mb for s in it_["phases"].values()) for it_ in rec.iterations)
     peak_cuda = max(max(s.cuda_mb for s in it_["phases"].values()) for it_ in rec.iterations)
     floor = it.flops / (peak * 1e9)
+    learner_cfg = config.learner
     title = (
         f"{algorithm}{' (LoRA)' if args.lora else ''}"
         f"{' (activation checkpointing)' if args.activation_checkpointing else ''}: "
         f"{config.n_agents} agent(s), "
         f"B={config.batch_size}, {config.max_new_tokens} new tokens, "
-        f"{config.ppo.ppo_epochs} epochs x mini-batch {config.ppo.mini_batch_size} "
-        f"(micro {config.ppo.mini_batch_size // config.ppo.gradient_accumulation_steps}, "
-        f"forward_batch_size {config.ppo.forward_batch_size}), "
+        f"{learner_cfg['ppo_epochs']} epochs x mini-batch {learner_cfg['mini_batch_size']} "
+        f"(micro {learner_cfg['mini_batch_size'] // learner_cfg['gradient_accumulation_steps']}, "
+        f"forward_batch_size {learner_cfg['forward_batch_size']}), "
         f"model {config.model}, {device.type}, {torch.get_num_threads()} threads, "
         f"{allocator.describe()} allocator"
         + (

@@ -127,3 +127,37 @@ def free_name(registry: Mapping[str, Any], name: str, factory: Any, kind: str,
         f"{kind} {name!r} is already registered (by {holder}); choose another name or pass "
         "replace=True"
     )
+
+
+def plain_numbers(settings: Any) -> None:
+    """Give a dataclass's numbers the type its fields declare, in place, at construction:
+    ``2`` for a float field becomes ``2.0``, an integral ``1e3`` for an int field ``1000``
+    (YAML reads ``1e3`` as a float). Anything else is left for ``validate`` to refuse."""
+    import dataclasses
+
+    for f in dataclasses.fields(settings):
+        value, kind = getattr(settings, f.name), str(f.type)
+        if isinstance(value, bool):
+            continue
+        if kind in ("float", "float | None") and isinstance(value, Integral):
+            object.__setattr__(settings, f.name, float(value))
+        elif (
+            kind in ("int", "int | None")
+            and isinstance(value, Real)
+            and not isinstance(value, Integral)
+            and math.isfinite(value)
+            and float(value).is_integer()
+        ):
+            object.__setattr__(settings, f.name, int(value))
+
+
+_NOTED: set[str] = set()
+
+
+def deprecated(note: str) -> None:
+    """Say once per process, on one line of stderr, that an old name was read as its new one."""
+    import sys
+
+    if note not in _NOTED:
+        _NOTED.add(note)
+        print(f"note: {note}", file=sys.stderr)

@@ -116,14 +116,17 @@ def tiny_config(model_dir, run_dir, algorithm="cory", **overrides):
         "checkpoint_every": 2,
         "sample_every": 1,
         "device": "cpu",
-        "ppo": {
+        "learner": {
             "mini_batch_size": 2,
             "gradient_accumulation_steps": 2,
             "ppo_epochs": 2,
             "learning_rate": 1e-3,
         },
     }
-    values.update(overrides)
+    if algorithm == "reinforce":  # one pass per rollout: it has no epochs setting
+        del values["learner"]["ppo_epochs"]
+    learner = {**values["learner"], **overrides.pop("learner", {})}  # settings add up
+    values.update(overrides, learner=learner)
     from train.config import build_config
 
     return build_config("smoke", overrides=values, algorithm=algorithm)

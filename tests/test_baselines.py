@@ -452,8 +452,8 @@ def test_elastic_reset_averages_only_its_own_lora_adapter(tiny_tokenizer, tiny_l
 
 
 RUNS = {  # algorithm: (settings, a loss statistic of its learner)
-    "reinforce": ({"learner_settings": {"baseline": "running_mean"}}, "reinforce/loss"),
-    "elastic_reset": ({"learner_settings": {"reset_freq": 3}}, "ppo/loss_total"),
+    "reinforce": ({"learner": {"baseline": "running_mean"}}, "reinforce/loss"),
+    "elastic_reset": ({"learner": {"reset_freq": 3}}, "ppo/loss_total"),
     "rloo": ({"group_size": 2}, "rloo/loss"),
     "grpo": ({"group_size": 2}, "grpo/loss"),
 }

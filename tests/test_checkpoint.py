@@ -237,22 +237,20 @@ def test_tensor_files_are_the_bytes_safetensors_writes(tmp_path):
         assert loaded[name].dtype == tensor.dtype and torch.equal(loaded[name], tensor), name
 
 
-def test_deferred_writes_keep_the_values_and_order_of_the_calls(tmp_path):
+def test_queued_writes_keep_the_values_and_order_of_the_calls(tmp_path):
     from agents import state_io
 
     weights, config = torch.zeros(3), {"lr": 1.0}
-    with state_io.deferred_writes() as queue:
-        state_io.save_json(config, tmp_path / "a.json")
-        state_io.save_tensors({"w": weights}, tmp_path / "w.safetensors")
-        with pytest.raises(RuntimeError, match="does not nest"), state_io.deferred_writes():
-            pass
+    queue = state_io.WriteQueue()
+    state_io.save_json(config, tmp_path / "a.json", queue)
+    state_io.save_tensors({"w": weights}, tmp_path / "w.safetensors", queue)
     assert len(queue) == 2 and not list(tmp_path.iterdir())  # nothing written yet
     config["lr"] = 2.0  # JSON is taken at the call
     queue[0]()
     queue[1]()
     assert state_io.load_json(tmp_path / "a.json") == {"lr": 1.0}
     assert torch.equal(state_io.load_tensors(tmp_path / "w.safetensors")["w"], weights)
-    state_io.save_json(config, tmp_path / "b.json")  # outside the context: written at once
+    state_io.save_json(config, tmp_path / "b.json")  # no queue: written at once
     assert (tmp_path / "b.json").exists()
 
 

@@ -46,7 +46,7 @@ def fake_run(path, algorithm, seed, kl_coef, scores, kl, evaluation=None, trajec
 
     ``trajectory``: (updates, held-out KL, held-out reward) rows of evaluations along it."""
     path.mkdir(parents=True)
-    overrides = {"seed": seed, "run_dir": str(path), "ppo": {"init_kl_coef": kl_coef}}
+    overrides = {"seed": seed, "run_dir": str(path), "learner": {"init_kl_coef": kl_coef}}
     build_config("smoke", overrides=overrides, algorithm=algorithm).save(path / "config.yaml")
     rows = []
     for it, score in enumerate(scores):

@@ -31,7 +31,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 )
 def test_numbers_parse_as_numbers_whatever_the_spelling(flags, setting, expected):
     config, _ = parse_args(flags, "cory")
-    value = getattr(config.ppo, setting, None) if setting in PPO_NAMES else getattr(config, setting)
+    value = config.learner[setting] if setting in PPO_NAMES else getattr(config, setting)
     assert value == pytest.approx(expected) and not isinstance(value, str)
     assert type(value) is type(expected)
 
@@ -61,7 +61,7 @@ def test_readme_commands_build_valid_configs():
     example = re.search(r"`(--batch_size 64 --learning_rate 1e-5 --lam 0)`", text)
     assert example, "the README's example flags changed: update this test"
     config, _ = parse_args(example.group(1).split(), "cory")
-    assert config.ppo.learning_rate == 1e-5 and config.lam == 0.0 and config.batch_size == 64
+    assert config.learner["learning_rate"] == 1e-5 and config.lam == 0.0 and config.batch_size == 64
 
 
 @pytest.mark.parametrize(
@@ -78,15 +78,15 @@ def test_readme_commands_build_valid_configs():
         ({"device": "gpu"}, "device must be one of"),
         ({"max_new_tokens": [8, 4]}, "max_new_tokens"),
         ({"task_settings": "reward=vader"}, "task_settings must be a mapping"),
-        ({"ppo": {"mini_batch_size": 0}}, "ppo: mini_batch_size must be an integer >= 1, got 0"),
-        ({"ppo": {"ppo_epochs": 2.5}}, "ppo: ppo_epochs must be an integer >= 1, got 2.5"),
-        ({"ppo": {"max_grad_norm": -1.0}}, "max_grad_norm must be a finite number > 0"),
-        ({"ppo": {"learning_rate": "1e-5x"}}, "learning_rate must be a finite number > 0"),
-        ({"ppo": {"learning_rate": -1e-5}}, "learning_rate must be a finite number > 0"),
-        ({"ppo": {"gamma": 1.5}}, "gamma must be a finite number >= 0 and <= 1"),
-        ({"ppo": {"adaptive_kl": 1}}, "adaptive_kl must be true or false"),
-        ({"ppo": {"kl_estimator": "k9"}}, "kl_estimator must be one of"),
-        ({"ppo": 3}, "ppo must be a mapping"),
+        ({"learner": {"mini_batch_size": 0}}, "ppo: mini_batch_size must be an integer >= 1"),
+        ({"learner": {"ppo_epochs": 2.5}}, "ppo: ppo_epochs must be an integer >= 1, got 2.5"),
+        ({"learner": {"max_grad_norm": -1.0}}, "max_grad_norm must be a finite number > 0"),
+        ({"learner": {"learning_rate": "1e-5x"}}, "learning_rate must be a finite number > 0"),
+        ({"learner": {"learning_rate": -1e-5}}, "learning_rate must be a finite number > 0"),
+        ({"learner": {"gamma": 1.5}}, "gamma must be a finite number >= 0 and <= 1"),
+        ({"learner": {"adaptive_kl": 1}}, "adaptive_kl must be true or false"),
+        ({"learner": {"kl_estimator": "k9"}}, "kl_estimator must be one of"),
+        ({"learner": 3}, "learner must be a mapping"),
         ({"batchsize": 3}, r"unknown settings \['batchsize'\]"),
     ],
 )
@@ -97,7 +97,7 @@ def test_every_setting_is_checked_when_the_config_is_built(overrides, message):
 
 def test_a_negative_grad_norm_is_refused_because_it_reverses_gradients():
     with pytest.raises(SettingError, match="reverse the gradients"):
-        build_config(overrides={"ppo": {"max_grad_norm": -0.5}})
+        build_config(overrides={"learner": {"max_grad_norm": -0.5}})
 
 
 def test_bad_flag_value_names_the_flag_and_value(capsys):
@@ -140,4 +140,47 @@ def test_saved_config_reloads_to_the_same_config(tmp_path):
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_presets_hold_numbers_not_strings(preset):
     config = build_config(preset)
-    assert isinstance(config.ppo.learning_rate, float)
+    assert isinstance(config.learner["learning_rate"], float)
+
+
+def test_a_config_saved_under_the_old_section_names_loads_with_one_note(tmp_path, capsys):
+    """``ppo:`` (every learner's shared settings) and ``learner_settings:`` (the rest), as
+    configs saved before the ``learner`` section hold them, give the same config."""
+    import yaml
+
+    learner = {"learning_rate": 3e-5, "reset_freq": 5}
+    new = build_config("cpu", overrides={"algorithm": "elastic_reset", "learner": learner})
+    old_values = new.to_dict()
+    learner = old_values.pop("learner")
+    old_values["ppo"] = {k: v for k, v in learner.items() if k not in ("ema_decay", "reset_freq")}
+    old_values["learner_settings"] = {"reset_freq": 5}
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(old_values))
+    assert build_config(config_file=path) == new
+    notes = [line for line in capsys.readouterr().err.splitlines() if "old.yaml" in line]
+    assert len(notes) == 1 and "'ppo' and 'learner_settings'" in notes[0], notes
+
+
+def test_each_seat_takes_its_learner_s_settings_and_a_stray_one_is_refused():
+    """A preset's PPO settings are defaults: a REINFORCE run drops those it has no use for.
+    A setting given explicitly that no seat's learner has is refused, naming it."""
+    config = build_config("cpu", overrides={"algorithm": "reinforce"})
+    assert "baseline" in config.learner and "vf_coef" not in config.learner
+    assert config.learner["learning_rate"] == PRESETS["cpu"]["learner"]["learning_rate"]
+    with pytest.raises(SettingError, match=r"\['vf_coef'\] are settings of no seat's learner"):
+        build_config("cpu", overrides={"algorithm": "reinforce", "learner": {"vf_coef": 0.5}})
+    mixed = build_config(overrides={"learners": {"llm_0": "ppo", "llm_1": "reinforce"}})
+    assert {"vf_coef", "baseline"} <= set(mixed.learner)  # each belongs to one seat
+
+
+def test_validation_changes_nothing_and_numbers_take_their_declared_type():
+    config = build_config(
+        "smoke", overrides={"batch_size": 8.0, "lam": 1, "learner": {"learning_rate": 1}}
+    )
+    assert type(config.batch_size) is int and type(config.lam) is float
+    assert type(config.learner["learning_rate"]) is float
+    before = config.to_dict()
+    config.validate()
+    assert config.to_dict() == before
+    with pytest.raises(SettingError, match=r"learner settings: give them in the 'learner'"):
+        build_config(overrides={"learning_rate": 1e-5})

@@ -85,7 +85,7 @@ def test_the_set_is_the_same_for_every_learner_group_and_batch_size(tiny_model_d
                                        ("grpo", 8, {"group_size": 4}),
                                        ("rloo", 6, {"group_size": 2})]:  # fmt: skip
         config = tiny_config(tiny_model_dir, tmp_path / algorithm, algorithm, batch_size=batch,
-                             ppo={"mini_batch_size": 2}, **settings)  # fmt: skip
+                             learner={"mini_batch_size": 2}, **settings)  # fmt: skip
         game, _ = build_game_and_learners(config)
         for eval_batch in (3, 32):
             evaluator = ev.Evaluator(config, game.tokenizers, samples=2, batch_size=eval_batch)
@@ -250,10 +250,16 @@ def test_paired_difference_is_matched_answer_by_answer_and_averaged_per_query():
         ("gsm8k", {"dataset": "openai/gsm8k", "split": "train"}, True, {"split": "test"}),
         ("gsm8k", {}, False, {}),
         ("arith", {"seed": 7, "n_steps": 2}, True, {"seed": 8}),
-        ("custom", {}, False, {}),
+        ("a_task_without_a_split", {}, False, {}),
     ],
 )
-def test_held_out_settings(task, settings, held_out, changed):
-    out, note, is_held_out = ev.held_out_settings(task, settings)
-    assert is_held_out == held_out and note
-    assert out == {**settings, **changed}
+def test_each_task_declares_its_held_out_split(task, settings, held_out, changed):
+    """The task owns its test split (``register_task(held_out=)``); evaluation names none."""
+    from cory_env.tasks import held_out_split, register_task
+
+    if task == "a_task_without_a_split":
+        register_task(task, replace=True)(lambda **_: None)  # never built here
+    split = held_out_split(task, settings)
+    assert split.held_out == held_out and split.note
+    assert split.settings == {**settings, **changed}
+    assert split.minus_training == (task == "arith")

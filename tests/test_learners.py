@@ -79,7 +79,7 @@ def test_readme_learner_learns_a_reward(tiny_tokenizer):
             {"learners": {"llm_0": {"learner": "ppo", "clip": 2}, "llm_1": "ppo"}},
             "unknown settings",
         ),
-        ({"learner_settings": {"reset_freq": 3}}, "belong to no seat's learner"),
+        ({"learner": {"reset_freq": 3}}, "settings of no seat's learner"),
         ({"models": {"llm_5": "gpt2"}}, "no seats"),
     ],
 )

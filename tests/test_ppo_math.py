@@ -146,7 +146,7 @@ VALUES = t([[0.3, 0.4, 0.5], [0.2, 0.6, 7.0]])  # 7.0 is padding
 
 
 def test_gae_gamma1_lam095():
-    adv, ret = gae(REWARDS, VALUES, MASK, gamma=1.0, lam=0.95)
+    adv, ret = gae(REWARDS, VALUES, MASK, gamma=1.0, gae_lambda=0.95)
     # row 0: t2: d = 1.0 + 0 - 0.5 = 0.5,                 A = 0.5
     #        t1: d = 0.2 + 0.5 - 0.4 = 0.3,               A = 0.3 + 0.95*0.5   = 0.775
     #        t0: d = 0.1 + 0.4 - 0.3 = 0.2,               A = 0.2 + 0.95*0.775 = 0.93625
@@ -159,7 +159,7 @@ def test_gae_gamma1_lam095():
 
 
 def test_gae_other_gamma_lam():
-    adv, ret = gae(REWARDS, VALUES, MASK, gamma=0.9, lam=0.5)
+    adv, ret = gae(REWARDS, VALUES, MASK, gamma=0.9, gae_lambda=0.5)
     # gamma*lam = 0.45 (same product if swapped, but delta uses gamma alone)
     # row 0: t2: d = 0.5,                                 A = 0.5
     #        t1: d = 0.2 + 0.9*0.5 - 0.4 = 0.25,          A = 0.25 + 0.45*0.5   = 0.475

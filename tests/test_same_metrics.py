@@ -30,7 +30,7 @@ def metrics_of_a_seeded_run(model_dir: str, run_dir: Path) -> list[dict]:
         batch_size=8,
         iterations=3,
         max_new_tokens=[2, 6],
-        ppo={
+        learner={
             "mini_batch_size": 8,
             "gradient_accumulation_steps": 2,
             "forward_batch_size": 3,

@@ -69,7 +69,7 @@ def test_interrupted_sweep_skips_finished_resumes_broken_restarts_empty(
     assert "finished, skipped" in printed and "resuming" in printed and "deleting" in printed
 
     # The same folders with another config are refused, not mixed into the sweep.
-    with pytest.raises(SystemExit, match="differs in ppo"):
+    with pytest.raises(SystemExit, match="differs in learner.learning_rate"):
         sweep.main([*sweep_flags(tiny_model_dir, out), "--learning_rate", "0.5"])
 
 

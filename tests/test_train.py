@@ -35,13 +35,15 @@ def test_run_writes_the_run_folder(tiny_model_dir, tmp_path, algorithm):
     # Role exchanges keep each agent's state: the adaptive KL coefficient keeps moving
     # from where it was instead of restarting at init_kl_coef.
     coefs = [r["llm_0/objective/kl_coef"] for r in rows]
-    assert coefs[0] == config.ppo.init_kl_coef and coefs[1] != coefs[0] and coefs[2] != coefs[1]
+    assert (
+        coefs[0] == config.learner["init_kl_coef"] and coefs[1] != coefs[0] and coefs[2] != coefs[1]
+    )
     sample = read_jsonl(run.path / "samples.jsonl")[0]
     assert "query" in sample and "response" in sample["pioneer"]
     held = {p.name for p in (run.path / "checkpoint" / "llm_0").iterdir()}
     assert held == {"agent.json", "policy.safetensors", "state.safetensors"}
     saved = yaml.safe_load((run.path / "config.yaml").read_text())
-    assert saved["algorithm"] == algorithm and saved["ppo"]["ppo_epochs"] == 2
+    assert saved["algorithm"] == algorithm and saved["learner"]["ppo_epochs"] == 2
 
 
 def test_resume_continues_exactly_like_an_uninterrupted_run(tiny_model_dir, tmp_path):
@@ -72,7 +74,7 @@ def test_existing_run_folder_is_not_overwritten(tiny_model_dir, tmp_path):
 
 def test_config_precedence_and_errors(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"batch_size": 16, "ppo": {"learning_rate": 0.5}}))
+    path.write_text(yaml.safe_dump({"batch_size": 16, "learner": {"learning_rate": 0.5}}))
     config, _ = parse_args(
         [
             "--preset",
@@ -90,16 +92,16 @@ def test_config_precedence_and_errors(tmp_path):
     )
     assert config.algorithm == "ppo" and config.n_agents == 1
     assert config.batch_size == 16 and config.iterations == 7
-    assert config.ppo.learning_rate == 0.5 and config.ppo.ppo_epochs == 3
-    assert config.ppo.mini_batch_size == PRESETS["cpu"]["ppo"]["mini_batch_size"]
+    assert config.learner["learning_rate"] == 0.5 and config.learner["ppo_epochs"] == 3
+    assert config.learner["mini_batch_size"] == PRESETS["cpu"]["learner"]["mini_batch_size"]
     assert config.max_new_tokens == [3, 6]
     config.save(tmp_path / "saved.yaml")
     again = build_config(config_file=tmp_path / "saved.yaml", algorithm="ppo")
     assert again == config
     with pytest.raises(ValueError, match="unknown preset"):
         build_config("fast")
-    with pytest.raises(ValueError, match="multiple of ppo.mini_batch_size"):
-        build_config(overrides={"batch_size": 10, "ppo": {"mini_batch_size": 4}})
+    with pytest.raises(ValueError, match="multiple of mini_batch_size"):
+        build_config(overrides={"batch_size": 10, "learner": {"mini_batch_size": 4}})
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -107,7 +109,7 @@ def test_config_precedence_and_errors(tmp_path):
 def test_every_preset_is_a_valid_config(preset, algorithm):
     config = build_config(preset, algorithm=algorithm)
     assert config.n_agents == (2 if algorithm == "cory" else 1)
-    assert config.batch_size % config.ppo.mini_batch_size == 0
+    assert config.batch_size % config.learner["mini_batch_size"] == 0
 
 
 def test_readme_style_flags_train_end_to_end(tiny_model_dir, tmp_path, capsys):
@@ -136,7 +138,7 @@ def test_readme_style_flags_train_end_to_end(tiny_model_dir, tmp_path, capsys):
     ]
     run = main("ppo", flags)
     saved = yaml.safe_load((run.path / "config.yaml").read_text())
-    assert saved["ppo"]["learning_rate"] == 1e-5 and saved["lam"] == -0.5
+    assert saved["learner"]["learning_rate"] == 1e-5 and saved["lam"] == -0.5
     out = capsys.readouterr().out
     assert "run summary (2 iterations" in out and "s/iteration" in out and "on disk" in out
 

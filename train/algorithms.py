@@ -28,46 +28,46 @@ GRPO_TRL = {**_TRL_GROUP, "init_kl_coef": 0.0}
 
 @dataclass(frozen=True)
 class Algorithm:
-    learner: str
+    seat_learner: str
     """The learner of every seat (``--learners`` can change any seat)."""
     n_agents: int
     max_agents: int
     min_agents: int = 1
     game: dict[str, Any] = field(default_factory=dict)
     """Game settings this setup implies (lam, sees, group_size, role exchange)."""
-    ppo: dict[str, Any] = field(default_factory=dict)
-    """Learner hyper-parameter defaults."""
+    learner: dict[str, Any] = field(default_factory=dict)
+    """Learner setting defaults (each seat takes those its learner has)."""
     description: str = ""
 
 
 ALGORITHMS: dict[str, Algorithm] = {
     "ppo": Algorithm(
-        "ppo", 1, 1, ppo=PPO_BASELINE, description="single-agent PPO, the paper's baseline"
+        "ppo", 1, 1, learner=PPO_BASELINE, description="single-agent PPO, the paper's baseline"
     ),
     "cory": Algorithm(
-        "ppo", 2, 8, min_agents=2, game={"lam": 1.0}, ppo=CORY_DEFAULTS,
+        "ppo", 2, 8, min_agents=2, game={"lam": 1.0}, learner=CORY_DEFAULTS,
         description="PPO agents in the pioneer/observer game: collective reward, role exchange",
     ),
     "reinforce": Algorithm(
-        "reinforce", 1, 1, ppo=PPO_BASELINE,
+        "reinforce", 1, 1, learner=PPO_BASELINE,
         description="REINFORCE with a baseline and the same per-token KL penalty, no critic",
     ),
     "elastic_reset": Algorithm(
-        "elastic_reset", 1, 1, ppo={**PPO_BASELINE, "init_kl_coef": 0.001},
+        "elastic_reset", 1, 1, learner={**PPO_BASELINE, "init_kl_coef": 0.001},
         description="PPO with Elastic Reset: reset to an EMA of itself every reset_freq its",
     ),
     "moe": Algorithm(
         "ppo", 2, 2, min_agents=2,
         game={"lam": 0.0, "sees": "none", "role_exchange_period": NEVER},
-        ppo=PPO_BASELINE,
+        learner=PPO_BASELINE,
         description="two independent PPO agents; evaluation keeps the higher-valued answer",
     ),
     "rloo": Algorithm(
-        "rloo", 1, 1, game={"group_size": 4}, ppo={**PPO_BASELINE, **RLOO_TRL},
+        "rloo", 1, 1, game={"group_size": 4}, learner={**PPO_BASELINE, **RLOO_TRL},
         description="REINFORCE leave-one-out: k answers per query, no critic",
     ),
     "grpo": Algorithm(
-        "grpo", 1, 1, game={"group_size": 4}, ppo={**PPO_BASELINE, **GRPO_TRL},
+        "grpo", 1, 1, game={"group_size": 4}, learner={**PPO_BASELINE, **GRPO_TRL},
         description="group-normalised advantages with the clipped PPO loss, no critic",
     ),
 }  # fmt: skip
@@ -76,4 +76,4 @@ ALGORITHMS: dict[str, Algorithm] = {
 def algorithm_defaults(name: str) -> dict[str, Any]:
     """The config values an algorithm implies, as a layer of settings."""
     algo = ALGORITHMS[name]
-    return {"n_agents": algo.n_agents, **algo.game, "ppo": dict(algo.ppo)}
+    return {"n_agents": algo.n_agents, **algo.game, "learner": dict(algo.learner)}

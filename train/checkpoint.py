@@ -19,6 +19,7 @@ and ``checkpoint.tmp`` (a crash at any step leaves one of them) and moves it int
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 import shutil
@@ -150,21 +151,24 @@ def _queue_writes(
 ) -> list[Callable[[], None]]:
     """Prepare ``checkpoint.tmp`` and return its writes, then the swap, in order.
 
-    Learners save through ``state_io``, whose writes are queued here; a learner that writes
-    its files some other way writes them now, before the queue runs.
+    A learner whose ``save`` takes a ``writer`` (every LLM learner) queues its writes there;
+    any other learner writes its files now, before the queue runs.
     """
     current, old, tmp = (run_path / n for n in ("checkpoint", "checkpoint.old", "checkpoint.tmp"))
     _discard(tmp)
     tmp.mkdir(parents=True)
-    with state_io.deferred_writes() as writes:
-        for agent, learner in learners.items():
+    writes = state_io.WriteQueue()
+    for agent, learner in learners.items():
+        if "writer" in inspect.signature(learner.save).parameters:
+            learner.save(tmp / agent, writer=writes)
+        else:
             learner.save(tmp / agent)
-        rng = {f"torch.{p}": torch.tensor(s.pop("torch_rng"), dtype=torch.uint8)
-               for p, s in enumerate(states)}  # fmt: skip
-        state_io.save_tensors(rng, tmp / "rng.safetensors")
-        run_state = {"format": FORMAT, "iteration": iteration, "agents": list(learners)}
-        # the marker: queued last, so a folder that has it is complete
-        state_io.save_json({**run_state, "processes": states}, tmp / MARKER)
+    rng = {f"torch.{p}": torch.tensor(s.pop("torch_rng"), dtype=torch.uint8)
+           for p, s in enumerate(states)}  # fmt: skip
+    state_io.save_tensors(rng, tmp / "rng.safetensors", writes)
+    run_state = {"format": FORMAT, "iteration": iteration, "agents": list(learners)}
+    # the marker: queued last, so a folder that has it is complete
+    state_io.save_json({**run_state, "processes": states}, tmp / MARKER, writes)
 
     def swap() -> None:
         if _complete(current):

@@ -103,10 +103,10 @@ def final_evaluation(path: Path) -> dict[str, Any] | None:
 
 
 def load_run(path: Path) -> Run:
-    from train.config import load_config_file
+    from train.config import load_config_file, upgraded
     from train.run_folder import read_evaluations, read_metrics
 
-    config = load_config_file(path / "config.yaml")
+    config = upgraded(load_config_file(path / "config.yaml"))
     has_metrics = results.exists(path / "metrics.jsonl")
     return Run(
         path,
@@ -118,7 +118,7 @@ def load_run(path: Path) -> Run:
 
 
 def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested settings as dotted keys (``ppo.init_kl_coef``), values as JSON text."""
+    """Nested settings as dotted keys (``learner.init_kl_coef``), values as JSON text."""
     flat: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, dict) and key != "task_settings":

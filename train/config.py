@@ -18,22 +18,18 @@ from typing import Any
 
 import yaml
 
-from agents.ppo import PPOConfig
 from cory_env import checks
-from cory_env.core import GAME_SETTINGS
+from cory_env.core import GAME_SETTINGS, GameSettings
 from cory_env.plugins import import_modules
 from cory_env.tasks import check_task_settings
-from cory_env.tasks.base import budget_range
 from train.algorithms import ALGORITHMS, algorithm_defaults
 from train.allocator import ALLOCATORS
 from train.arguments import ArgumentParser
 
-PPO_SETTINGS = tuple(f.name for f in dataclasses.fields(PPOConfig))
-
 
 @dataclass
 class TrainConfig:
-    """Everything a run needs; the learners' hyper-parameters live in ``ppo``."""
+    """Everything a run needs; the learners' hyper-parameters live in ``learner``."""
 
     algorithm: str = "cory"
     """A shorthand of train/algorithms.py: ``cory``, ``ppo``, ``reinforce``, ``elastic_reset``,
@@ -48,9 +44,6 @@ class TrainConfig:
     learners: dict[str, Any] | None = None
     """A learner per seat, e.g. ``{llm_0: ppo, llm_1: {learner: reinforce, learning_rate:
     1e-5}}``: every seat must be named. None = the algorithm's learner in every seat."""
-    learner_settings: dict[str, Any] = field(default_factory=dict)
-    """Settings of the seats' learners beyond PPO's (e.g. ``{reset_freq: 17}``), shared by
-    every seat whose learner has them."""
     n_agents: int = 2
     lam: float = 1.0
     sees: str = "previous"
@@ -103,7 +96,18 @@ class TrainConfig:
     """Games per batch in evaluations (it does not change the evaluation set)."""
     eval_seed: int = 1234
     """Fixes each held-out answer's budget and sampling uniforms."""
-    ppo: PPOConfig = field(default_factory=PPOConfig)
+    learner: dict[str, Any] = field(default_factory=dict)
+    """The seats' learner settings: those every LLM learner shares (``agents/llm.py``'s
+    ``LLMConfig``) and each learner's own (e.g. ``ppo_epochs``, ``reset_freq``). Each seat
+    takes the ones its learner's config has; a run's saved config lists them all."""
+
+    def __post_init__(self) -> None:
+        """Plain types for what YAML and Python callers hand in (a tuple, a Path, ``1e3``)."""
+        checks.plain_numbers(self)
+        if isinstance(self.max_new_tokens, tuple):
+            self.max_new_tokens = list(self.max_new_tokens)
+        if isinstance(self.run_dir, Path):
+            self.run_dir = str(self.run_dir)
 
     @property
     def agents(self) -> list[str]:
@@ -113,12 +117,9 @@ class TrainConfig:
         """The model of every seat."""
         return {agent: (self.models or {}).get(agent, self.model) for agent in self.agents}
 
-    def seat_learners(self) -> dict[str, tuple[str, Any]]:
-        """Every seat's learner name and validated hyper-parameters (no model is loaded)."""
-        from agents.registry import learner_settings
-
-        default = ALGORITHMS[self.algorithm].learner
-        shared = {**dataclasses.asdict(self.ppo), **self.learner_settings}
+    def seat_entries(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        """Every seat's learner name and its own settings (``learners``), unchecked."""
+        default = ALGORITHMS[self.algorithm].seat_learner
         seats = {}
         for agent in self.agents:
             entry = default if self.learners is None else self.learners[agent]
@@ -128,27 +129,66 @@ class TrainConfig:
                     f"learners: {agent}: the 'learner:' key is missing (it has {sorted(own)}); "
                     f"e.g. {{{agent}: {{learner: reinforce, learning_rate: 1e-4}}}}"
                 )
-            name = own.pop("learner")
+            seats[agent] = (own.pop("learner"), own)
+        return seats
+
+    def seat_learners(self) -> dict[str, tuple[str, Any]]:
+        """Every seat's learner name and validated hyper-parameters (no model is loaded)."""
+        from agents.registry import learner_settings
+
+        shared = self.learner if isinstance(self.learner, dict) else {}
+        seats = {}
+        for agent, (name, own) in self.seat_entries().items():
             try:
                 seats[agent] = (name, learner_settings(name, shared, own))
             except (checks.SettingError, TypeError) as err:
                 raise checks.SettingError(f"learners: {agent}: {err}") from None
         return seats
 
+    def learner_fields(self) -> set[str]:
+        """The settings the seats' learners have (the keys ``learner`` may hold)."""
+        from agents.registry import learner_spec
+
+        names = {name for name, _ in self.seat_entries().values()}
+        configs = [learner_spec(name).config for name in sorted(names)]
+        return {f.name for c in configs if c is not None for f in dataclasses.fields(c)}
+
+    def resolved_learner(self) -> dict[str, Any]:
+        """``learner`` with every setting of the seats' learners spelled out (each learner's
+        default where the config names none), in seat order: what a run saves."""
+        from agents.registry import learner_settings
+
+        resolved: dict[str, Any] = {}
+        for name, _ in self.seat_entries().values():
+            settings = learner_settings(name, self.learner, {})
+            for f in dataclasses.fields(settings) if settings is not None else ():
+                resolved.setdefault(f.name, getattr(settings, f.name))
+        return resolved
+
+    def game_settings(self) -> dict[str, Any]:
+        """The settings of the game (``cory_env.core.GameSettings``) this config plays."""
+        return {name: getattr(self, name) for name in GAME_SETTINGS}
+
     def validate(self) -> None:
-        """Check every setting's type and range now, before any model is loaded."""
+        """Check every setting now, before any model is loaded; nothing is changed.
+
+        Each owner checks its own: the game its settings (``GameSettings.validate``), the
+        task its ``task_settings``, each seat's learner its config. What is checked here is
+        the run's own settings and how the parts fit together.
+        """
         checks.choice(self.algorithm, "algorithm", sorted(ALGORITHMS))
         algo = ALGORITHMS[self.algorithm]
+        try:
+            GameSettings(**self.game_settings()).validate()
+        except checks.SettingError as err:
+            raise checks.SettingError(str(err).removeprefix("game: ")) from None
         seats = (f"{algo.min_agents}..{algo.max_agents} seats" if algo.max_agents > 1
                  else "1 seat: it is a single-agent baseline; several seats play --algorithm "
                  "cory (or moe), with --learners to choose each seat's learner")  # fmt: skip
-        self.n_agents = checks.integer(
+        checks.integer(
             self.n_agents, "n_agents", minimum=algo.min_agents, maximum=algo.max_agents,
             hint=f"algorithm {self.algorithm!r} plays {seats}",
         )  # fmt: skip
-        checks.choice(self.sees, "sees", ("previous", "all", "none"))
-        self.group_size = checks.integer(self.group_size, "group_size", minimum=1)
-        checks.boolean(self.reward_norm, "reward_norm")
         for name in ("models", "learners"):
             mapping = getattr(self, name)
             if mapping is None:
@@ -170,8 +210,6 @@ class TrainConfig:
                 )
         for agent, model in (self.models or {}).items():
             checks.text(model, f"models.{agent}")
-        if not isinstance(self.learner_settings, dict):
-            raise checks.fail("learner_settings", "a mapping", self.learner_settings)
         checks.text(self.task, "task")
         checks.text(self.model, "model", hint="a hub id, a local folder, or 'embedded'")
         if not isinstance(self.task_settings, dict):
@@ -185,41 +223,21 @@ class TrainConfig:
                 f"them as --{game_keys[0]} ..."
             )
         check_task_settings(self.task, self.task_settings)
-        self.lam = checks.number(self.lam, "lam", hint="1 = CORY, 0 = independent, -1 = zero-sum")
-        self.eta = checks.number(self.eta, "eta", minimum=0)
-        for name in (
-            "role_exchange_period",
-            "batch_size",
-            "iterations",
-            "sample_every",
-            "checkpoint_every",
-            "lora_r",
-        ):
-            setattr(self, name, checks.integer(getattr(self, name), name, minimum=1))
-        self.n_samples = checks.integer(self.n_samples, "n_samples", minimum=0)
+        checks.number(self.eta, "eta", minimum=0)
+        for name in ("batch_size", "iterations", "sample_every", "checkpoint_every", "lora_r",
+                     "eval_samples", "eval_batch_size"):  # fmt: skip
+            checks.integer(getattr(self, name), name, minimum=1)
+        checks.integer(self.n_samples, "n_samples", minimum=0)
         if not isinstance(self.imports, list) or not all(
             isinstance(m, str) and m for m in self.imports
         ):
             raise checks.fail("imports", "a list of module names", self.imports)
-        self.eval_every = checks.integer(self.eval_every, "eval_every", minimum=0, hint="0 = off")
-        for name in ("eval_samples", "eval_batch_size"):
-            setattr(self, name, checks.integer(getattr(self, name), name, minimum=1))
-        self.eval_seed = checks.integer(self.eval_seed, "eval_seed", minimum=0)
+        checks.integer(self.eval_every, "eval_every", minimum=0, hint="0 = off")
+        checks.integer(self.eval_seed, "eval_seed", minimum=0)
         if self.eval_queries is not None:
-            self.eval_queries = checks.integer(self.eval_queries, "eval_queries", minimum=1)
-        self.seed = checks.integer(self.seed, "seed", minimum=0)
-        self.lora_alpha = checks.number(
-            self.lora_alpha, "lora_alpha", minimum=0, exclusive_min=True
-        )
-        if self.max_new_tokens is not None:
-            try:
-                budget_range(self.max_new_tokens)
-            except ValueError as err:
-                raise checks.SettingError(str(err)) from None
-            if isinstance(self.max_new_tokens, tuple):
-                self.max_new_tokens = list(self.max_new_tokens)
-        if self.context_length is not None:
-            self.context_length = checks.integer(self.context_length, "context_length", minimum=2)
+            checks.integer(self.eval_queries, "eval_queries", minimum=1)
+        checks.integer(self.seed, "seed", minimum=0)
+        checks.number(self.lora_alpha, "lora_alpha", minimum=0, exclusive_min=True)
         checks.choice(self.device, "device", ("auto", "cpu", "cuda"))
         checks.choice(self.mixed_precision, "mixed_precision", ("no", "bf16"))
         checks.choice(self.allocator, "allocator", ALLOCATORS)
@@ -240,34 +258,38 @@ class TrainConfig:
                 "lora_target_modules", "'all-linear' or a list of module names", targets
             )
         if self.run_dir is not None:
-            self.run_dir = checks.text(
-                str(self.run_dir) if isinstance(self.run_dir, Path) else self.run_dir, "run_dir"
-            )
-        if not isinstance(self.ppo, PPOConfig):
-            raise checks.fail("ppo", "a mapping of PPO settings", self.ppo)
-        self.ppo.validate()
-        if self.batch_size % self.ppo.mini_batch_size:
-            raise checks.SettingError(
-                f"batch_size ({self.batch_size}) must be a multiple of ppo.mini_batch_size "
-                f"({self.ppo.mini_batch_size})"
-            )
+            checks.text(self.run_dir, "run_dir")
         if self.batch_size % self.group_size:
             raise checks.SettingError(
                 f"batch_size ({self.batch_size}) must be a multiple of group_size "
                 f"({self.group_size})"
             )
+        self.check_learners()
+
+    def check_learners(self) -> None:
+        """Every seat's learner and settings: each learner's config checks its own fields;
+        here, that every ``learner`` setting belongs to some seat's learner, that a batch
+        splits into mini-batches, and each learner's check of the game (group sizes)."""
+        if not isinstance(self.learner, dict):
+            raise checks.fail("learner", "a mapping of learner settings", self.learner)
         seats = self.seat_learners()
-        used = {f for _, settings in seats.values() if settings is not None
-                for f in (x.name for x in dataclasses.fields(settings))}  # fmt: skip
-        unused = sorted(set(self.learner_settings) - used)
+        known = self.learner_fields()
+        unused = sorted(set(self.learner) - known)
         if unused:
+            names = sorted({name for name, _ in seats.values()})
             raise checks.SettingError(
-                f"learner_settings {unused} belong to no seat's learner "
-                f"({sorted({name for name, _ in seats.values()})})"
+                f"learner: {unused} are settings of no seat's learner ({', '.join(names)}); "
+                f"their settings are {sorted(known)}"
             )
         from agents.registry import learner_spec
 
-        for agent, (name, _) in seats.items():
+        for agent, (name, settings) in seats.items():
+            mini = getattr(settings, "mini_batch_size", None)
+            if mini is not None and self.batch_size % mini:
+                raise checks.SettingError(
+                    f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
+                    f"({mini}{'' if len(seats) == 1 else f', {agent}'})"
+                )
             check = learner_spec(name).check
             if check is not None:
                 try:
@@ -294,7 +316,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "sample_every": 1,
         "checkpoint_every": 2,
         "n_samples": 2,
-        "ppo": {
+        "learner": {
             "mini_batch_size": 8,
             "ppo_epochs": 2,
             "learning_rate": 1e-5,
@@ -313,7 +335,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "checkpoint_every": 10,
         # Score scaling on and no repetition penalty for PPO and CORY alike, as the README's
         # cpu results were run (the algorithms' official defaults differ; see algorithms.py).
-        "ppo": {
+        "learner": {
             "mini_batch_size": 16,
             "ppo_epochs": 4,
             "learning_rate": 2e-5,
@@ -332,7 +354,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "role_exchange_period": 5,
         "mixed_precision": "no",
         "task_settings": {"dataset": "stanfordnlp/imdb", "reward": "lvwerra/distilbert-imdb"},
-        "ppo": {
+        "learner": {
             "mini_batch_size": 128,
             "gradient_accumulation_steps": 8,
             "ppo_epochs": 4,
@@ -357,7 +379,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "lora_target_modules": ["q_proj", "v_proj"],
         "batch_size": 32,
         "role_exchange_period": 5,
-        "ppo": {
+        "learner": {
             "mini_batch_size": 32,
             "gradient_accumulation_steps": 16,
             "ppo_epochs": 4,
@@ -370,7 +392,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 PRESET_ALGORITHM_SETTINGS: dict[str, dict[str, dict[str, Any]]] = {
     # The paper tuned the learning rate per algorithm on GSM8K: 1e-5 for PPO (the preset's,
     # kept by every single-model baseline) and 1e-4 for CORY.
-    "paper-gsm8k": {"cory": {"ppo": {"learning_rate": 1e-4}}},
+    "paper-gsm8k": {"cory": {"learner": {"learning_rate": 1e-4}}},
 }
 """Settings a preset gives one algorithm only, layered right above the preset itself."""
 
@@ -401,23 +423,67 @@ def parse_yaml(text: str, source: str = "") -> Any:
         raise checks.SettingError(f"{source}{where}: not valid YAML ({problem})") from None
 
 
-def _merge(config: TrainConfig, values: dict[str, Any], source: str) -> TrainConfig:
+DEPRECATED_SECTIONS = ("ppo", "learner_settings")
+"""Older names of the ``learner`` section, still read: ``ppo`` held every learner's shared
+settings, ``learner_settings`` the others."""
+
+
+def upgraded(values: dict[str, Any]) -> dict[str, Any]:
+    """Saved config values under today's names (the old sections merged into ``learner``),
+    unchecked: for tools that read a run's settings without building its config."""
+    values = dict(values)
+    learner: dict[str, Any] = {}
+    for old in (*DEPRECATED_SECTIONS, "learner"):
+        section = values.pop(old, None)
+        if isinstance(section, dict):
+            learner.update(section)
+    return {**values, "learner": learner}
+
+
+def _merge(
+    config: TrainConfig, values: dict[str, Any], source: str, optional: set[str]
+) -> TrainConfig:
+    """``config`` with ``values`` layered on top. ``optional`` collects the learner settings
+    that may belong to no seat's learner (an algorithm's or a preset's defaults, an old
+    section): those are dropped for a run whose learners lack them, not refused."""
     known = {f.name for f in dataclasses.fields(TrainConfig)}
-    unknown = sorted(set(values) - known)
+    unknown = sorted(set(values) - known - set(DEPRECATED_SECTIONS))
+    misplaced = [k for k in unknown if k in all_learner_settings()]
+    if misplaced:
+        raise checks.SettingError(
+            f"{source}: {misplaced} are learner settings: give them in the 'learner' section "
+            f"(learner: {{{misplaced[0]}: ...}}) or as flags (--{misplaced[0]} ...)"
+        )
     if unknown:
         raise checks.SettingError(
             f"{source}: unknown settings {unknown}; known settings are {sorted(known)}"
         )
-    ppo_values = values.pop("ppo", None) or {}
-    if not isinstance(ppo_values, dict):
-        raise checks.fail("ppo", "a mapping of PPO settings", ppo_values, source)
-    bad = sorted(set(ppo_values) - set(PPO_SETTINGS))
-    if bad:
-        raise checks.SettingError(
-            f"{source}: unknown ppo settings {bad}; known are {sorted(PPO_SETTINGS)}"
-        )
-    ppo = dataclasses.replace(config.ppo, **ppo_values)
-    return dataclasses.replace(config, **values, ppo=ppo)
+    values = dict(values)
+    learner = dict(config.learner)
+    old_names = [old for old in DEPRECATED_SECTIONS if old in values]
+    for old in old_names:
+        section = values.pop(old) or {}
+        if not isinstance(section, dict):
+            raise checks.fail(old, "a mapping of learner settings", section, source)
+        learner.update(section)
+        optional.update(section)
+    if old_names:
+        sections = " and ".join(f"'{old}'" for old in old_names)
+        checks.deprecated(f"{source}: {sections} are now the 'learner' section (read as it)")
+    section = values.pop("learner", None) or {}
+    if not isinstance(section, dict):
+        raise checks.fail("learner", "a mapping of learner settings", section, source)
+    learner.update(section)
+    optional.difference_update(section)
+    return dataclasses.replace(config, **values, learner=learner)
+
+
+def _layer_defaults(config: TrainConfig, values: dict[str, Any], source: str,
+                    optional: set[str]) -> TrainConfig:  # fmt: skip
+    """A layer of defaults (an algorithm's, a preset's): its learner settings are optional."""
+    config = _merge(config, values, source, optional)
+    optional.update((values.get("learner") or {}).keys())
+    return config
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -450,22 +516,30 @@ def build_config(
     overrides = copy.deepcopy(overrides or {})
     algorithm = overrides.get("algorithm", file_values.get("algorithm", algorithm))
     checks.choice(algorithm, "algorithm", sorted(ALGORITHMS))
-    config = _merge(TrainConfig(algorithm=algorithm), algorithm_defaults(algorithm),
-                    f"algorithm {algorithm!r}")  # fmt: skip
+    optional: set[str] = set()
+    config = _layer_defaults(TrainConfig(algorithm=algorithm), algorithm_defaults(algorithm),
+                             f"algorithm {algorithm!r}", optional)  # fmt: skip
     if preset is not None:
         if preset not in PRESETS:
             raise checks.SettingError(f"unknown preset {preset!r}; presets are {sorted(PRESETS)}")
-        config = _merge(config, copy.deepcopy(PRESETS[preset]), f"preset {preset!r}")
+        config = _layer_defaults(config, copy.deepcopy(PRESETS[preset]), f"preset {preset!r}",
+                                 optional)  # fmt: skip
         for_algorithm = PRESET_ALGORITHM_SETTINGS.get(preset, {}).get(algorithm)
         if for_algorithm:
             where = f"preset {preset!r} for {algorithm!r}"
-            config = _merge(config, copy.deepcopy(for_algorithm), where)
+            config = _layer_defaults(config, copy.deepcopy(for_algorithm), where, optional)
     if config_file is not None:
-        config = _merge(config, file_values, f"config file {config_file}")
+        config = _merge(config, file_values, f"config file {config_file}", optional)
     if overrides:
-        config = _merge(config, overrides, "command line")
+        config = _merge(config, overrides, "command line", optional)
     import_user_modules(config.imports)
+    try:  # defaults for learners this run does not have are not its settings
+        drop = optional - config.learner_fields()
+    except (checks.SettingError, KeyError, TypeError):  # validate() says what is wrong
+        drop = set()
+    config.learner = {k: v for k, v in config.learner.items() if k not in drop}
     config.validate()
+    config.learner = config.resolved_learner()
     return config
 
 
@@ -514,13 +588,24 @@ def make_parser(algorithm: str) -> argparse.ArgumentParser:
         help="a module of your own to import first (it registers learners or tasks); repeatable",
     )  # fmt: skip
     for f in dataclasses.fields(TrainConfig):
-        if f.name not in ("ppo", "algorithm"):
+        if f.name != "algorithm":
             parser.add_argument(f"--{f.name}", type=_flag_value, default=argparse.SUPPRESS)
-    for name in PPO_SETTINGS:
+    for name in sorted(all_learner_settings()):
         parser.add_argument(
-            f"--{name}", type=_flag_value, default=argparse.SUPPRESS, dest=f"ppo.{name}"
+            f"--{name}", type=_flag_value, default=argparse.SUPPRESS, dest=f"learner.{name}"
         )
+    # The old name of --learner, still read (with a note).
+    parser.add_argument("--learner_settings", type=_flag_value, default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)  # fmt: skip
     return parser
+
+
+def all_learner_settings() -> set[str]:
+    """Every setting of every registered learner: each is a flag (``--learning_rate``)."""
+    from agents.registry import available_learners, learner_spec
+
+    configs = [learner_spec(name).config for name in available_learners()]
+    return {f.name for c in configs if c is not None for f in dataclasses.fields(c)}
 
 
 def parse_args(
@@ -528,9 +613,9 @@ def parse_args(
 ) -> tuple[TrainConfig, Path | None]:
     """CLI: ``--preset``, ``--config``, ``--resume`` and one flag per setting.
 
-    PPO settings are flags too (``--learning_rate 1e-5``). Values are read as YAML, so
-    ``--max_new_tokens "[4, 16]"`` and ``--task_settings "{reward: vader}"`` work. A bad
-    value or setting exits with one line that names it.
+    Learner settings are flags too (``--learning_rate 1e-5``, ``--reset_freq 17``). Values
+    are read as YAML, so ``--max_new_tokens "[4, 16]"`` and ``--task_settings "{reward:
+    vader}"`` work. A bad value or setting exits with one line that names it.
     """
     parser = make_parser(algorithm)
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -538,11 +623,17 @@ def parse_args(
     preset, config_file, resume = args.pop("preset"), args.pop("config"), args.pop("resume")
     modules = args.pop("import_modules")
     overrides: dict[str, Any] = {}
+    flagged = {}
     for key, value in args.items():
-        if key.startswith("ppo."):
-            overrides.setdefault("ppo", {})[key[4:]] = value
+        if key.startswith("learner."):
+            flagged[key.removeprefix("learner.")] = value
         else:
             overrides[key] = value
+    if flagged:  # one flag per setting, over a --learner mapping
+        section = overrides.get("learner") or {}
+        if not isinstance(section, dict):
+            parser.error(f"--learner must be a mapping of learner settings, got {section!r}")
+        overrides["learner"] = {**section, **flagged}
     if resume is not None:
         if preset or config_file:
             parser.error("--resume takes the run's saved config; drop --preset/--config")

@@ -3,14 +3,15 @@
 python train/evaluate.py RUN_DIR [RUN_DIR ...]      # writes RUN_DIR/eval.json and eval.md
 python train/evaluate.py --task arith --samples 8   # the base model alone (--out DIR to keep it)
 
-Held-out queries: the task's test split (IMDB with a dataset, GSM8K from the hub), the
-packaged IMDB openings' held-out fifth, or arith drawn with another generator seed (minus
-any problem training could draw). The evaluation set is every distinct one of them (or
-the first ``--max_queries``), each answered ``--samples`` times, with a token budget and
-sampling uniforms fixed per answer by ``--seed`` (``train/eval_set.py``): the same set for
-every learner, batch size and group size. Each agent answers in every role, and the
-untrained base model plays the same games with the same uniforms as the ``reference``
-rows, so "reward - base" is a paired difference per answer. ``eval.json`` keeps every
+Held-out queries: what the task declares as its test split (``register_task(held_out=)``:
+IMDB's and hub GSM8K's test split, the packaged IMDB openings' held-out fifth, arith drawn
+with another generator seed minus any problem training could draw). The evaluation set is
+every distinct one of them (or the first ``--max_queries``), each answered ``--samples``
+times, with a token budget and sampling uniforms fixed per answer by ``--seed``
+(``train/eval_set.py``): the same set for every learner, batch size and group size. Each
+agent answers in every role, and the untrained base model plays the same games with the
+same uniforms as the ``reference`` rows, so "reward - base" is a paired difference per
+answer. ``eval.json`` keeps every
 answer; ``train/eval_report.py`` computes every summary from them.
 """
 
@@ -26,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from agents.base import CommonNoise, Exportable
+from cory_env.tasks import held_out_split
 from train import eval_report as report
 from train import metrics
 from train.arguments import ArgumentParser
@@ -36,41 +38,18 @@ FORMAT = 2
 """Version of ``eval.json``: 2 records every answer of a fixed evaluation set."""
 BASE_MODEL, UNTRAINED = "the base model", "an untrained copy of the learner (no base model)"
 """What the ``reference`` rows of a seat are (``eval.json["reference_is"]``)."""
-HELD_OUT_SEED_OFFSET = 1
-"""Arith evaluation draws its problems with the training ``seed`` plus this."""
-_LOCAL_SUFFIXES = (".txt", ".json", ".jsonl", ".csv", ".parquet")
-
-
-# ----------------------------------------------------------------------------- held-out
-def held_out_settings(task: str, settings: dict[str, Any]) -> tuple[dict[str, Any], str, bool]:
-    """The task settings that select queries training never draws, a note, and whether
-    they are truly held out (a single local file or the GSM8K fixture has no test split)."""
-    out = dict(settings)
-    dataset = settings.get("dataset")
-    local = dataset is not None and Path(str(dataset)).suffix.lower() in _LOCAL_SUFFIXES
-    if task == "arith":
-        out["seed"] = int(settings.get("seed", 0)) + HELD_OUT_SEED_OFFSET
-        return out, f"arith problems of generator seed {out['seed']}, minus training's", True
-    if task not in ("imdb", "gsm8k"):
-        return out, f"task {task!r} has no known test split: training queries", False
-    if local or (task == "gsm8k" and dataset is None):
-        what = f"the local file {dataset}" if local else "the packaged GSM8K fixture"
-        return out, f"{what} has one split: training queries, not held out", False
-    if task == "imdb" and dataset is None and settings.get("split", "train") == "all":
-        return out, "training drew from every packaged opening: nothing is held out", False
-    out["split"] = "test"
-    where = "the packaged openings" if dataset is None else f"dataset {dataset}"
-    return out, f"split 'test' of {where}", True
 
 
 def drop_training_queries(game: Any, config: Any) -> int:
-    """Arith: remove evaluation problems that the training generator also drew."""
+    """Remove evaluation queries that training also draws (a task's generated problems)."""
     from cory_env.tasks import make_task
 
     seen = {q.text for q in make_task(config.task, **config.task_settings).queries}
     kept = [q for q in game.task.queries if q.text not in seen]
     if not kept:
-        raise ValueError("every held-out arith problem also occurs in training; raise n_queries")
+        raise ValueError(
+            f"every held-out {config.task} query also occurs in training; raise n_queries"
+        )
     dropped = len(game.task.queries) - len(kept)
     game.task.queries = kept
     return dropped
@@ -101,11 +80,12 @@ class Evaluator:
     ) -> None:
         from train.loop import make_game
 
-        settings, self.note, self.held_out = held_out_settings(config.task, config.task_settings)
-        settings.update(task_settings or {})
+        split = held_out_split(config.task, config.task_settings)
+        self.note, self.held_out = split.note, split.held_out
+        settings = {**split.settings, **(task_settings or {})}
         self.task_settings = settings
         game = make_game(config, tokenizers, task_settings=settings, group_size=1, batch_size=1)
-        if config.task == "arith" and self.held_out:
+        if split.minus_training and self.held_out:
             dropped = drop_training_queries(game, config)
             self.note += f" ({dropped} of them dropped)"
         self.eval_set = EvalSet.build(

@@ -106,7 +106,7 @@ def build_game_and_learners(
             vocab_size=int(game.action_space(agent).n),
             pad_token_id=pad_token_id(tokenizers[agent]),
             model=seat_models[agent],
-            models=pool,
+            model_pool=pool,
             accelerator=accelerator,
             seed=Processes(accelerator).game_seed(config.seed) + 1000 * i,
             group_size=config.group_size,

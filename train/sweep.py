@@ -89,14 +89,17 @@ def _comparable(values: dict[str, Any]) -> dict[str, Any]:
     from train.config import parse_yaml
 
     plain = parse_yaml(yaml.safe_dump(values, sort_keys=False))
+    learner = plain.pop("learner", None) or {}
+    plain.update({f"learner.{k}": v for k, v in learner.items()})  # says which setting differs
     return {k: v for k, v in plain.items() if k not in ("iterations", "run_dir")}
 
 
 def check_same_config(path: Path, wanted: Any) -> None:
-    """A folder of this sweep must hold a run of this grid point's config."""
-    from train.config import load_config_file
+    """A folder of this sweep must hold a run of this grid point's config. The saved config
+    is read as a run reads it, so one saved under older setting names still matches."""
+    from train.run_folder import load_run_config
 
-    saved = _comparable(load_config_file(path / "config.yaml"))
+    saved = _comparable(load_run_config(path).to_dict())
     want = _comparable(wanted.to_dict())
     differ = sorted(k for k in set(saved) | set(want) if saved.get(k) != want.get(k))
     if differ:
@@ -244,7 +247,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     from cory_env.checks import SettingError
     from train import allocator
     from train.algorithms import ALGORITHMS
-    from train.config import PPO_SETTINGS, PRESETS, TrainConfig
+    from train.config import PRESETS, TrainConfig, all_learner_settings
 
     parser = ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -272,8 +275,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "e.g. \"git add {results} && git commit -qm 'study: {name}'\"",
     )  # fmt: skip
     args, train_flags = parser.parse_known_args(argv)
-    fields = {f.name for f in dataclasses.fields(TrainConfig) if f.name != "ppo"}
-    if args.setting is not None and args.setting not in fields | set(PPO_SETTINGS):
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    if args.setting is not None and args.setting not in fields | all_learner_settings():
         parser.error(f"--setting {args.setting}: not a training setting")
     for flag in ("--algorithm", "--seed", "--run_dir", "--resume", "--config"):
         if any(f == flag or f.startswith(flag + "=") for f in train_flags):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from cory_env.tasks.base import (
+    HeldOut,
     PromptFn,
     Query,
     RewardFn,
@@ -19,6 +20,7 @@ from cory_env.tasks.base import (
 from cory_env.tasks.registry import (
     available_tasks,
     check_task_settings,
+    held_out_split,
     make_task,
     register_task,
     task_needs_tokenizer,
@@ -40,6 +42,7 @@ def custom_task(
 from cory_env.tasks import arith, gsm8k, imdb  # noqa: E402,F401
 
 __all__ = [
+    "HeldOut",
     "PromptFn",
     "Query",
     "RewardFn",
@@ -48,6 +51,7 @@ __all__ = [
     "available_tasks",
     "check_task_settings",
     "custom_task",
+    "held_out_split",
     "make_task",
     "register_task",
     "task_needs_tokenizer",

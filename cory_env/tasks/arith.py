@@ -20,13 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from cory_env import checks
 from cory_env.query import Query
 from cory_env.rewards import AnswerCheckReward
-from cory_env.tasks.base import Task
+from cory_env.tasks.base import HeldOut, Task
 from cory_env.tasks.registry import register_task
 
 OPERATIONS = ("+", "-", "*")
@@ -218,7 +219,18 @@ def arith_equation_prompt(role: int, query: Query, earlier: Sequence[str]) -> st
     return query.text + "".join(f"[{answer.strip()}]" for answer in earlier) + "="
 
 
-@register_task("arith")
+HELD_OUT_SEED_OFFSET = 1
+"""Evaluation problems come from the generator seed this far from training's."""
+
+
+def arith_held_out(settings: dict[str, Any]) -> HeldOut:
+    """Problems of another generator seed, minus any that training also draws."""
+    seed = int(settings.get("seed", 0)) + HELD_OUT_SEED_OFFSET
+    note = f"arith problems of generator seed {seed}, minus training's"
+    return HeldOut({**settings, "seed": seed}, note, True, minus_training=True)
+
+
+@register_task("arith", held_out=arith_held_out)
 def make_arith_task(
     *,
     n_queries: int = 512,

@@ -13,6 +13,7 @@ import reprlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from numbers import Real
+from pathlib import Path
 from typing import Any
 
 from cory_env import checks
@@ -85,6 +86,32 @@ def describe(value: Any) -> str:
     elif isinstance(value, (list, tuple)) and value:
         kind += " of " + "/".join(sorted({type(v).__name__ for v in value}))
     return f"{kind} {_repr.repr(value)}"
+
+
+LOCAL_SUFFIXES = (".txt", ".json", ".jsonl", ".csv", ".parquet")
+"""Dataset names that are local files (one split) rather than hub datasets."""
+
+
+def is_local_file(dataset: Any) -> bool:
+    return dataset is not None and Path(str(dataset)).suffix.lower() in LOCAL_SUFFIXES
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Where a task's evaluation queries come from: the task settings that select them, a
+    note for the report, and whether training never draws them."""
+
+    settings: dict[str, Any]
+    note: str
+    held_out: bool
+    minus_training: bool = False
+    """Drop evaluation queries whose text training also drew (generated problems)."""
+
+
+def no_held_out_split(name: str, settings: dict[str, Any]) -> HeldOut:
+    """A task that declares no test split is evaluated on its training queries, and says so."""
+    return HeldOut(dict(settings), f"task {name!r} has no known test split: training queries",
+                   False)  # fmt: skip
 
 
 @dataclass

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from cory_env import checks
 from cory_env.answer_check import gold_answer
 from cory_env.query import Query
 from cory_env.rewards import AnswerCheckReward
-from cory_env.tasks.base import Task, select_count
+from cory_env.tasks.base import HeldOut, Task, is_local_file, select_count
 from cory_env.tasks.files import (
     JSON_SUFFIXES,
     Record,
@@ -84,7 +85,16 @@ def gsm8k_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
     return f"{ONE_SHOT}Question: {query.text}\n{references}Answer:"
 
 
-@register_task("gsm8k")
+def gsm8k_held_out(settings: dict[str, Any]) -> HeldOut:
+    """The hub dataset's test split; a local file and the packaged fixture have one split."""
+    dataset = settings.get("dataset")
+    if dataset is None or is_local_file(dataset):
+        what = "the packaged GSM8K fixture" if dataset is None else f"the local file {dataset}"
+        return HeldOut(settings, f"{what} has one split: training queries, not held out", False)
+    return HeldOut({**settings, "split": "test"}, f"split 'test' of dataset {dataset}", True)
+
+
+@register_task("gsm8k", held_out=gsm8k_held_out)
 def make_gsm8k_task(
     *,
     dataset: str | None = None,

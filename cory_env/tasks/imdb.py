@@ -19,7 +19,7 @@ import numpy as np
 from cory_env import checks
 from cory_env.query import Query
 from cory_env.rewards import RewardCallable, make_reward
-from cory_env.tasks.base import Task, callable_name, select_count
+from cory_env.tasks.base import HeldOut, Task, callable_name, is_local_file, select_count
 from cory_env.tasks.files import (
     JSON_SUFFIXES,
     dataset_name,
@@ -127,7 +127,21 @@ def imdb_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
     return OBSERVER_TEMPLATE_MANY.format(sentences=sentences, query=query.text)
 
 
-@register_task("imdb", needs_tokenizer=True)
+def imdb_held_out(settings: dict[str, Any]) -> HeldOut:
+    """The test split: of the hub dataset, or the packaged openings' held-out fifth. A local
+    file has one split, and the packaged ``split: all`` leaves nothing out."""
+    dataset = settings.get("dataset")
+    if is_local_file(dataset):
+        return HeldOut(settings, f"the local file {dataset} has one split: training queries, "
+                       "not held out", False)  # fmt: skip
+    if dataset is None and settings.get("split", "train") == "all":
+        return HeldOut(settings, "training drew from every packaged opening: nothing is held "
+                       "out", False)  # fmt: skip
+    where = "the packaged openings" if dataset is None else f"dataset {dataset}"
+    return HeldOut({**settings, "split": "test"}, f"split 'test' of {where}", True)
+
+
+@register_task("imdb", needs_tokenizer=True, held_out=imdb_held_out)
 def make_imdb_task(
     *,
     dataset: str | None = None,

@@ -13,9 +13,10 @@ from typing import Any
 
 from cory_env import checks
 from cory_env.plugins import TASKS, load_plugins
-from cory_env.tasks.base import Task
+from cory_env.tasks.base import HeldOut, Task, no_held_out_split
 
 TaskFactory = Callable[..., Task]
+HeldOutFn = Callable[[dict[str, Any]], HeldOut]
 
 
 @dataclass(frozen=True)
@@ -25,19 +26,28 @@ class TaskEntry:
     factory: TaskFactory
     needs_tokenizer: bool = False
     """The game passes ``tokenizer=`` (the pioneer seat's) unless the user gave one."""
+    held_out: HeldOutFn | None = None
+    """``settings -> HeldOut``: the settings of the task's evaluation queries (its test
+    split); None = no split (evaluation says it uses training queries)."""
 
 
 _REGISTRY: dict[str, TaskEntry] = {}
 
 
 def register_task(
-    name: str, *, needs_tokenizer: bool = False, replace: bool = False
+    name: str,
+    *,
+    needs_tokenizer: bool = False,
+    held_out: HeldOutFn | None = None,
+    replace: bool = False,
 ) -> Callable[[TaskFactory], TaskFactory]:
     """Decorator: ``@register_task("mytask") def make(**settings) -> Task``.
 
     ``needs_tokenizer=True``: the factory takes a ``tokenizer`` keyword and the game
     gives it the pioneer seat's tokenizer (e.g. to cut queries to their first k tokens).
-    A name already taken by another factory is refused unless ``replace=True``.
+    ``held_out(settings) -> HeldOut`` names the settings of the queries evaluation uses
+    (e.g. ``{**settings, "split": "test"}``). A name already taken by another factory is
+    refused unless ``replace=True``.
     """
     checks.text(name, "name", where="register_task", hint="use @register_task('name')")
     needs_tokenizer = checks.boolean(needs_tokenizer, "needs_tokenizer", where="register_task")
@@ -47,7 +57,7 @@ def register_task(
         if not callable(factory):
             raise TypeError(f"register_task({name!r}) decorates a task factory, got {factory!r}")
         checks.free_name(_REGISTRY, name, factory, "task", replace, lambda e: e.factory)
-        _REGISTRY[name] = TaskEntry(factory, needs_tokenizer)
+        _REGISTRY[name] = TaskEntry(factory, needs_tokenizer, held_out)
         return factory
 
     return wrap
@@ -72,6 +82,12 @@ def _entry(name: str) -> TaskEntry:
 def task_needs_tokenizer(name: str) -> bool:
     """Whether the registered task ``name`` wants the game's tokenizer (see register_task)."""
     return _entry(name).needs_tokenizer
+
+
+def held_out_split(name: str, settings: Mapping[str, Any]) -> HeldOut:
+    """The evaluation queries of task ``name`` trained with ``settings`` (its test split)."""
+    held_out = _entry(name).held_out
+    return no_held_out_split(name, dict(settings)) if held_out is None else held_out(dict(settings))
 
 
 def task_settings_of(name: str) -> list[str] | None:
