@@ -10,6 +10,8 @@ checked against hand-computed values, in ``agents/ppo_math.py`` and ``agents/pg_
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -175,6 +177,23 @@ def response_logits(logits: torch.Tensor, steps: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- learner
+class Probe:
+    """Watches an LLM learner work; by default it does nothing.
+
+    Each piece of work runs inside ``probe.phase(name, learner, **info)``: ``act`` (one
+    token per game; ``obs``), ``end_rollout`` (``obs``; the turn is still
+    ``learner.turn``), ``reference`` (the whole reference pass) and ``reference_forward``
+    (one chunk of it; ``inputs`` = ids, mask, positions and ``keep``), and in the update
+    ``forward`` (``inputs``, ``keep``), ``backward`` and ``optimiser`` (the plain step). The
+    benchmark (``bench/bench_train.py``) times and counts them by setting
+    ``learner.probe``, so that nothing is patched.
+    """
+
+    @contextlib.contextmanager
+    def phase(self, name: str, learner: LLMLearner, **info: Any) -> Iterator[None]:
+        yield
+
+
 class LLMLearner:
     """An LLM playing one seat (a :class:`agents.base.Learner`); subclasses add ``learn``.
 
@@ -229,6 +248,7 @@ class LLMLearner:
         """The turn being played (None between turns); read by the benchmark."""
         self.sampling_noise: np.ndarray | None = None
         """Common random numbers (:meth:`use_sampling_noise`); None = the own generator."""
+        self.probe = Probe()
 
     @property
     def model(self) -> PolicyWithValue:
@@ -275,9 +295,12 @@ class LLMLearner:
         token = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)
         return token.clamp(max=probs.shape[-1] - 1)
 
-    @torch.no_grad()
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """Sample one token per row, reusing the KV cache within a turn."""
+        with self.probe.phase("act", self, obs=obs), torch.no_grad():
+            return self._act(obs)
+
+    def _act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         generated = np.asarray(obs["num_generated"])
         if (generated == 0).all():
             self.turn = turn = Turn.start(obs, self.device)
@@ -344,7 +367,8 @@ class LLMLearner:
 
     def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
         """Keep the finished turn for :meth:`learn`."""
-        self.rollout = self._close_turn(obs, rewards)
+        with self.probe.phase("end_rollout", self, obs=obs):
+            self.rollout = self._close_turn(obs, rewards)
         self.turn = None
 
     def turn_stats(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -376,7 +400,12 @@ class LLMLearner:
         """One batched forward of the reference over the rollout: the KL(pi || pi_ref) per
         response token (by ``estimator``, default the configured one), and the reference
         log-prob of each sampled token (GRPO's k3 term). Both (B, T), zero on padding."""
-        estimator = estimator or self.config.kl_estimator
+        with self.probe.phase("reference", self):
+            return self._reference_pass(rollout, estimator or self.config.kl_estimator)
+
+    def _reference_pass(
+        self, rollout: Rollout, estimator: str
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         ids, mask, pos = rollout.sequences()
         B, T = rollout.tokens.shape
         kl, token_logprobs = torch.zeros(B, T), torch.zeros(B, T)
@@ -385,8 +414,10 @@ class LLMLearner:
             inputs = without_shared_padding(
                 mask[rows], ids[rows], mask[rows], pos[rows], keep=T + 1
             )
-            with self.accelerator.autocast():
-                logits = self.reference.logits(*(x.to(self.device) for x in inputs), keep=T + 1)
+            inputs = [x.to(self.device) for x in inputs]
+            probe = self.probe.phase("reference_forward", self, inputs=inputs, keep=T + 1)
+            with probe, self.accelerator.autocast():
+                logits = self.reference.logits(*inputs, keep=T + 1)
             # One row at a time: the (T, V) log-softmax and the KL's (T, V) temporaries of a
             # whole chunk would be the reference pass's largest tensors, for no gain in speed.
             for row, row_logits in zip(rows.tolist(), response_logits(logits, T), strict=True):

@@ -95,8 +95,8 @@ class PolicyWithValue(nn.Module):
         if adapter is None and tied_embeddings(lm):
             # The input embedding's gradient as the few rows a batch uses, added to the
             # tied head's dense one, instead of a second (V, d) tensor of zeros filled,
-            # summed and freed every backward (bench: 0.27 s per chunk of 16 rows on
-            # SmolLM2-135M). The sum, and so the parameter's .grad, stays dense.
+            # summed and freed every backward. The sum, and so the parameter's .grad,
+            # stays dense.
             lm.get_input_embeddings().sparse = True
 
     def forward(
@@ -110,8 +110,8 @@ class PolicyWithValue(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """Logits and values of the last ``keep`` positions (0 = all), and the KV cache."""
         if self.adapter is not None and getattr(self.lm, "active_adapter", None) != self.adapter:
-            # Only on a change of seat: peft's set_adapter walks every module (measured
-            # in acting, where it ran once per token, LoRA rollout/generate 0.84x).
+            # Only on a change of seat: peft's set_adapter walks every module, far too
+            # slow to run once per token while acting.
             self.lm.set_adapter(self.adapter)
         out = lm_forward(
             self.lm,

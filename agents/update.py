@@ -75,17 +75,19 @@ def minibatch_update(
                     ):
                         mb = learner.rows_on_device(data, chunk, T)
                         share = float(units(chunk) / units_in_micro)
-                        with learner.accelerator.autocast():
-                            logits, values, _ = learner.policy(
-                                mb["ids"], mb["attention"], mb["positions"], keep=T + 1
-                            )
+                        inputs = (mb["ids"], mb["attention"], mb["positions"])
+                        probe = learner.probe.phase("forward", learner, inputs=inputs,
+                                                    keep=T + 1)  # fmt: skip
+                        with probe, learner.accelerator.autocast():
+                            logits, values, _ = learner.policy(*inputs, keep=T + 1)
                         logits = response_logits(logits, T)
                         loss, chunk_stats = loss_fn(mb, logits, values)
                         if weigh_micro_batches == "rows":
-                            learner.accelerator.backward(loss * share * len(rows) / len(batch))
+                            weighted = loss * share * len(rows) / len(batch)
                         else:
-                            weight = float(units_in_micro) / units_in_batch
-                            learner.accelerator.backward(loss * share * weight)
+                            weighted = loss * share * (float(units_in_micro) / units_in_batch)
+                        with learner.probe.phase("backward", learner):
+                            learner.accelerator.backward(weighted)
                         with torch.no_grad():
                             entropy = pm.entropy_from_logits(logits.detach())
                         chunk_stats["entropy"] = pm.masked_mean(entropy, mb["mask"])
@@ -99,6 +101,7 @@ def minibatch_update(
                     )
                     stats[f"{prefix}/grad_norm"].append(float(norm))
                 if not stepping:
-                    learner.optimizer.step()
+                    with learner.probe.phase("optimiser", learner):
+                        learner.optimizer.step()
     learner.optimizer.zero_grad(set_to_none=True)  # free the gradients until the next update
     return {k: float(np.mean(v)) for k, v in stats.items()}

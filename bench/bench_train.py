@@ -1,20 +1,21 @@
 """Where the time and memory of one training iteration go, phase by phase.
 
 Runs the real training loop (``train.loop.train`` on the game and learners of
-``train.run.build_game_and_learners``: the game drives ``PPOAgent.act``, then
+``train.run.build_game_and_learners``: the game drives ``LLMLearner.act``, then
 ``end_rollout``, ``learn``, the metric and sample logs and the checkpoint) at the
 official IMDB settings by default: batch 32, 15 new tokens (fixed), 4 PPO epochs of one
 mini-batch of 32, the exact full-vocabulary KL, the adaptive KL controller from the
 algorithm's initial coefficient (CORY 0.4, PPO 0.3), no score scaling or normalisation,
 2 agents for CORY and 1 for PPO. Nothing in ``agents/`` or ``train/`` is copied or
-changed: the phases are timed by wrapping, on the instances, the methods training calls
+changed, and nothing is patched: the loop's phases are timed through its callback hooks
+(``train.loop.Callback``), the learners' through their probes (``agents.llm.Probe``)
 
 - rollout: ``game.reset`` + ``play_batch`` (acting, the game's bookkeeping, reward
   scoring, ``end_rollout``); inside it, ``act``: the policy's forward with the KV cache
   plus sampling;
-- learn: ``PPOAgent.learn``; inside it the reference pass (``reference_kl``), the policy's
-  forward (``PolicyWithValue.forward`` while learning), ``accelerator.backward`` and
-  ``optimizer.step``; "learn other" is the rest (log-softmax, losses, GAE, statistics);
+- learn: every learner's ``learn``; inside it the reference pass, the policy's forward in
+  the update (``agents/update.py``), the backward pass and the optimiser step; "learn
+  other" is the rest (log-softmax, losses, GAE, statistics);
 - logging: ``RunDirectory.log_metrics`` + ``log_samples`` (JSONL and TensorBoard);
 - checkpoint: ``CheckpointWriter.save`` (every iteration here, so that it is measured)
   and the time the loop spends in ``CheckpointWriter.wait`` before learning: the files
@@ -84,8 +85,7 @@ import torch
 from torch import nn
 
 import train.loop as loop
-from agents.llm import Turn
-from agents.ppo import PPOAgent
+from agents.llm import LLMLearner, Probe, Turn
 from train import allocator
 from train.config import TrainConfig, build_config
 from train.run import build_game_and_learners
@@ -305,144 +305,85 @@ class Recorder:
         return name in self.stack
 
 
-def _wrap(obj: Any, name: str, make: Any) -> None:
-    """Shadow ``obj.name`` by an instance attribute built from the current one."""
-    setattr(obj, name, make(getattr(obj, name)))
+class BenchProbe(Probe):
+    """Times and counts each learner's work through its probe (``agents/llm.py``): acting,
+    the reference pass, the update's forward and backward passes and the optimiser step,
+    with the FLOPs and positions each computes. The loop is timed by :class:`LoopTimer`;
+    nothing is patched."""
 
+    def __init__(self, rec: Recorder, agent: str, counts: ModelCounts, captured: dict) -> None:
+        self.rec, self.agent, self.counts, self.captured = rec, agent, counts, captured
 
-def instrument(rec: Recorder, learners: dict[str, PPOAgent]) -> dict[str, Any]:
-    """Wrap each learner's methods with the recorder's timers (the loop is timed by
-    :class:`LoopTimer`)."""
-    captured: dict[str, Any] = {"prompts": {}}
-
-    for agent, learner in learners.items():
-        if not isinstance(learner, PPOAgent):
-            raise TypeError(f"{agent}: bench_train measures PPO learners, got {type(learner)}")
-        counts = ModelCounts.of(learner.model)
-        rec.counts = counts
-        _instrument_learner(rec, agent, learner, counts, captured)
-
-    def backward(orig):
-        def timed(loss, *args, **kwargs):
-            with rec.phase("backward") as s:
-                out = orig(loss, *args, **kwargs)
-            if rec.last_forward is not None:
-                counts, fwd, tokens, real = rec.last_forward
-                s.flops += counts.backward(fwd)
-                s.tokens += tokens
-                s.real += real
-            return out
-
-        return timed
-
-    accelerators = {id(x.accelerator): x.accelerator for x in learners.values()}
-    for accelerator in accelerators.values():
-        _wrap(accelerator, "backward", backward)
-    return captured
-
-
-def _instrument_learner(
-    rec: Recorder, agent: str, learner: PPOAgent, counts: ModelCounts, captured: dict
-) -> None:
-    def act(orig):
-        def timed(obs):
+    @contextlib.contextmanager
+    def phase(self, name: str, learner: LLMLearner, **info: Any) -> Iterator[None]:
+        rec, counts = self.rec, self.counts
+        if name == "end_rollout":
+            accepted = np.asarray(info["obs"]["num_generated"])
+            # Useful decode steps feed the accepted tokens but the last one.
+            rec.phases["act"].real += float(np.clip(accepted - 1, 0, None).sum())
+            self.captured.setdefault("steps", {})[self.agent] = len(learner.turn.tokens)
+            yield
+            return
+        if name == "act":
+            obs = info["obs"]
             first = bool((np.asarray(obs["num_generated"]) == 0).all())
             with rec.phase("act") as s:
-                out = orig(obs)
-            turn = learner.turn
-            rows = len(out)
+                yield
+            turn, rows = learner.turn, len(obs["num_generated"])
             if first:
                 width = turn.prompt_ids.shape[1]
                 fwd = counts.forward(rows, width, keep=1)
                 s.tokens += rows * width
                 s.real += float(turn.prompt_mask.sum())
-                captured["prompts"][agent] = {k: np.array(v) for k, v in obs.items()}
+                self.captured["prompts"][self.agent] = {k: np.array(v) for k, v in obs.items()}
             else:  # one new position per row against the whole cache
                 fwd = counts.forward(rows, 1, keep=1, keys=turn.mask.shape[1])
                 s.tokens += rows
             s.flops += sum(fwd.values())
             s.sampled += rows
-            return out
-
-        return timed
-
-    def end_rollout(orig):
-        def counted(obs, rewards):
-            accepted = np.asarray(obs["num_generated"])
-            # Useful decode steps feed the accepted tokens but the last one.
-            rec.phases["act"].real += float(np.clip(accepted - 1, 0, None).sum())
-            captured.setdefault("steps", {})[agent] = len(learner.turn.tokens)
-            return orig(obs, rewards)
-
-        return counted
-
-    def reference_kl(orig):
-        def timed(rollout):
-            with rec.phase("reference"):
-                return orig(rollout)
-
-        return timed
-
-    def reference_logits(orig):  # counts what the reference pass really computes
-        def counted(input_ids, attention_mask, *args, **kwargs):
-            out = orig(input_ids, attention_mask, *args, **kwargs)
-            if rec.inside("reference"):
-                s = rec.phases["reference"]
-                rows, width = input_ids.shape
-                fwd = counts.forward(rows, width, keep=kwargs.get("keep", 0), adapter=False)
-                s.flops += sum(fwd.values())
-                s.tokens += input_ids.numel()
-                s.real += float(attention_mask.sum())
-            return out
-
-        return counted
-
-    def learn(orig):
-        def timed():
-            with rec.phase("learn"):
-                return orig()
-
-        return timed
-
-    def forward(orig):
-        def timed(input_ids, attention_mask, *args, **kwargs):
-            if not rec.inside("learn"):  # acting: counted by act
-                return orig(input_ids, attention_mask, *args, **kwargs)
-            with rec.phase("forward") as s:
-                out = orig(input_ids, attention_mask, *args, **kwargs)
-            rows, width = input_ids.shape
-            fwd = counts.forward(rows, width, keep=kwargs.get("keep", 0))
-            real = float(attention_mask.sum())
+            return
+        if name in ("reference_forward", "forward"):
+            ids, attention, _ = info["inputs"]
+            rows, width = ids.shape
+            adapter = name == "forward"
+            fwd = counts.forward(rows, width, keep=info["keep"], adapter=adapter)
+            phase = rec.phase("forward") if adapter else contextlib.nullcontext(
+                rec.phases["reference"])  # fmt: skip
+            with phase as s:
+                yield
             s.flops += sum(fwd.values())
-            s.tokens += input_ids.numel()
-            s.real += real
-            rec.last_forward = (counts, fwd, input_ids.numel(), real)
-            captured.setdefault("micro_batch", {})[agent] = (
-                learner.policy,
-                (input_ids, attention_mask, *args),
-                kwargs,
-            )
-            return out
+            s.tokens += ids.numel()
+            s.real += float(attention.sum())
+            if adapter:
+                rec.last_forward = (counts, fwd, ids.numel(), float(attention.sum()))
+                self.captured.setdefault("micro_batch", {})[self.agent] = (
+                    learner.policy, tuple(info["inputs"]), {"keep": info["keep"]}
+                )
+            return
+        if name == "backward":
+            with rec.phase("backward") as s:
+                yield
+            if rec.last_forward is not None:
+                counts_, fwd, tokens, real = rec.last_forward
+                s.flops += counts_.backward(fwd)
+                s.tokens += tokens
+                s.real += real
+            return
+        with rec.phase(name):  # reference, optimiser
+            yield
 
-        return timed
 
-    def step(orig):
-        def timed(*args, **kwargs):
-            with rec.phase("optimiser"):
-                return orig(*args, **kwargs)
-
-        return timed
-
-    _wrap(learner, "act", act)
-    _wrap(learner, "end_rollout", end_rollout)
-    _wrap(learner, "reference_kl", reference_kl)
-    counted = captured.setdefault("counted_references", set())
-    if id(learner.reference) not in counted:  # one reference may serve several seats
-        _wrap(learner.reference, "logits", reference_logits)
-        counted.add(id(learner.reference))
-    _wrap(learner, "learn", learn)
-    _wrap(learner.policy, "forward", forward)
-    _wrap(learner.optimizer, "step", step)
+def instrument(rec: Recorder, learners: dict[str, LLMLearner]) -> dict[str, Any]:
+    """Give each learner a :class:`BenchProbe`; returns what the probes capture (each
+    seat's last prompts and decode steps, one update micro-batch) for later measurements."""
+    captured: dict[str, Any] = {"prompts": {}}
+    for agent, learner in learners.items():
+        if not isinstance(learner, LLMLearner):
+            raise TypeError(f"{agent}: bench_train measures LLM learners, got {type(learner)}")
+        counts = ModelCounts.of(learner.model)
+        rec.counts = counts
+        learner.probe = BenchProbe(rec, agent, counts, captured)
+    return captured
 
 
 class LoopTimer(loop.Callback):
@@ -451,10 +392,11 @@ class LoopTimer(loop.Callback):
 
     The wait for the last checkpoint, after the last iteration, has no rollout to hide
     behind; it is reported once per run ("final checkpoint write"), not in the table.
-    Learning is timed by the learners' own phases, evaluation is not run by the bench.
+    Inside learning the learners' probes time their own phases; evaluation is not run by
+    the bench.
     """
 
-    TIMED = ("rollout", "checkpoint", "logging", "final checkpoint write", "plots")
+    TIMED = ("rollout", "checkpoint", "learn", "logging", "final checkpoint write", "plots")
 
     def __init__(self, rec: Recorder) -> None:
         self.rec = rec
@@ -473,7 +415,7 @@ class LoopTimer(loop.Callback):
 
 
 # ----------------------------------------------------------------------------- generate
-def time_generate(learners: dict[str, PPOAgent], captured: dict, config: TrainConfig):
+def time_generate(learners: dict[str, LLMLearner], captured: dict, config: TrainConfig):
     """``model.generate`` on each seat's prompts of the last iteration: (tokens, seconds)."""
     tokens, seconds = 0, 0.0
     budget = int(config.max_new_tokens)

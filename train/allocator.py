@@ -2,23 +2,20 @@
 
 Why: glibc's malloc keeps the memory of freed tensors resident but fragmented. Every
 update frees and allocates gigabytes of activations, logits and gradients of many
-sizes, and the holes add up. In the CORY LoRA iteration of ``bench/bench_train.py`` the
-peak was 4.4 GB, though the tensors alive at once never exceed about 2.6 GB. Handing
-freed memory back to the kernel instead (a low ``M_MMAP_THRESHOLD``) reaches that
-2.6 GB, but every fresh page then faults again: 57 M page faults and 1.7x the time.
-mimalloc reuses freed memory without fragmenting it: 2.9 GB for the same time. With
-purging off (``MIMALLOC_PURGE_DELAY=-1``, set here unless the environment says
-otherwise) no page is handed back and faulted in again: no slower than glibc in the
-bench (iteration / arithmetic floor 1.45-1.71x against 1.53-1.74x, four runs each).
-A run that trades time for memory (``activation_checkpointing``) hands back pages left
-unused for 10 s instead (``MIMALLOC_PURGE_DELAY=10000``): in the bench's CORY iteration
-that run's peak fell from 5631 to 5358 MB; in the default run it cost 3.7 s of 66 s
-(the update's forward faults its activations in again), so the default keeps purging off.
+sizes, and the holes add up, so the peak grows well past what is alive at once. Handing
+freed memory back to the kernel instead (a low ``M_MMAP_THRESHOLD``) makes every fresh
+page fault again. mimalloc reuses freed memory without fragmenting it. With purging off
+(``MIMALLOC_PURGE_DELAY=-1``, set here unless the environment says otherwise) no page is
+handed back and faulted in again; a run that trades time for memory
+(``activation_checkpointing``) hands back pages left unused for 10 s instead
+(``MIMALLOC_PURGE_DELAY=10000``). The measurements behind each choice are in
+``docs/benchmarks.md`` ("The heap allocator").
 
 An allocator must be loaded before the process starts (``LD_PRELOAD``). So the training
 scripts, when run from the command line, re-execute their own command line once with it
-(:func:`relaunch`). A call with explicit arguments (a test, a notebook) keeps the
-allocator its process has. Nothing computed changes: only where tensors live.
+(:func:`relaunch`): one explicit launcher step, before anything else runs. A call with
+explicit arguments (a test, a notebook) keeps the allocator its process has. Nothing
+computed changes: only where tensors live.
 """
 
 from __future__ import annotations
