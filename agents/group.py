@@ -84,7 +84,7 @@ def needs_groups(name: str) -> Callable[[Any], None]:
     """A registry ``check``: refuse a game without groups, before any model loads."""
 
     def check(run_config: Any) -> None:
-        k = run_config.group_size
+        k = run_config.game.group_size
         if k < 2:
             raise checks.SettingError(
                 f"{name} needs group_size >= 2 (each query answered k times, each answer "

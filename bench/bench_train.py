@@ -357,7 +357,9 @@ class BenchProbe(Probe):
             if adapter:
                 rec.last_forward = (counts, fwd, ids.numel(), float(attention.sum()))
                 self.captured.setdefault("micro_batch", {})[self.agent] = (
-                    learner.policy, tuple(info["inputs"]), {"keep": info["keep"]}
+                    learner.policy,
+                    tuple(info["inputs"]),
+                    {"keep": info["keep"]},
                 )
             return
         if name == "backward":
@@ -418,7 +420,7 @@ class LoopTimer(loop.Callback):
 def time_generate(learners: dict[str, LLMLearner], captured: dict, config: TrainConfig):
     """``model.generate`` on each seat's prompts of the last iteration: (tokens, seconds)."""
     tokens, seconds = 0, 0.0
-    budget = int(config.max_new_tokens)
+    budget = int(config.game.max_new_tokens)
     for agent, obs in captured["prompts"].items():
         learner = learners[agent]
         policy = learner.model
@@ -632,8 +634,8 @@ def run_one(args: argparse.Namespace, algorithm: str) -> dict[str, Any]:
     title = (
         f"{algorithm}{' (LoRA)' if args.lora else ''}"
         f"{' (activation checkpointing)' if args.activation_checkpointing else ''}: "
-        f"{config.n_agents} agent(s), "
-        f"B={config.batch_size}, {config.max_new_tokens} new tokens, "
+        f"{config.game.n_agents} agent(s), "
+        f"B={config.batch_size}, {config.game.max_new_tokens} new tokens, "
         f"{learner_cfg['ppo_epochs']} epochs x mini-batch {learner_cfg['mini_batch_size']} "
         f"(micro {learner_cfg['mini_batch_size'] // learner_cfg['gradient_accumulation_steps']}, "
         f"forward_batch_size {learner_cfg['forward_batch_size']}), "

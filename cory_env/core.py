@@ -80,6 +80,9 @@ class GameSettings:
     group_size: int = 1
     reward_norm: bool = False
 
+    def __post_init__(self) -> None:
+        checks.plain_numbers(self)  # 2.0 agents is 2, lam 1 is 1.0
+
     def validate(self) -> None:
         """Refuse bad values (and bools where numbers are meant) before any work is done.
 

@@ -83,6 +83,20 @@ def test_runs_group_by_everything_but_the_seed(tmp_path):
     assert compare.run_folders([tmp_path]) == sorted(paths)
 
 
+def test_a_config_saved_under_older_names_groups_with_today_s(tmp_path):
+    """Runs saved with ``ppo:``/``learner_settings:`` and flat game settings (``lam: 1.0``)
+    group with runs of the same settings saved in today's sections."""
+    import yaml
+
+    new = fake_run(tmp_path / "new", "cory", 0, 0.1, [0.0], 1.0)
+    old = fake_run(tmp_path / "old", "cory", 1, 0.1, [0.0], 1.0)
+    values = yaml.safe_load((old / "config.yaml").read_text())
+    values.update(values.pop("game"), ppo=values.pop("learner"), learner_settings={})
+    (old / "config.yaml").write_text(yaml.safe_dump(values))
+    groups = compare.group_runs([compare.load_run(p) for p in (new, old)])
+    assert [(g.label, len(g.runs)) for g in groups] == [("cory", 2)]
+
+
 def test_curves_and_frontier_files(tmp_path, capsys):
     runs = tmp_path / "sweep"
     fake_run(runs / "p1", "ppo", 0, 0.1, [0.0, 0.2, 0.4], 1.0, evaluation=(0.5, 4.0))

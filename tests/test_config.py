@@ -31,7 +31,10 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 )
 def test_numbers_parse_as_numbers_whatever_the_spelling(flags, setting, expected):
     config, _ = parse_args(flags, "cory")
-    value = config.learner[setting] if setting in PPO_NAMES else getattr(config, setting)
+    if setting in PPO_NAMES:
+        value = config.learner[setting]
+    else:
+        value = getattr(config.game if setting == "lam" else config, setting)
     assert value == pytest.approx(expected) and not isinstance(value, str)
     assert type(value) is type(expected)
 
@@ -61,7 +64,8 @@ def test_readme_commands_build_valid_configs():
     example = re.search(r"`(--batch_size 64 --learning_rate 1e-5 --lam 0)`", text)
     assert example, "the README's example flags changed: update this test"
     config, _ = parse_args(example.group(1).split(), "cory")
-    assert config.learner["learning_rate"] == 1e-5 and config.lam == 0.0 and config.batch_size == 64
+    assert config.learner["learning_rate"] == 1e-5 and config.game.lam == 0.0
+    assert config.batch_size == 64
 
 
 @pytest.mark.parametrize(
@@ -177,7 +181,7 @@ def test_validation_changes_nothing_and_numbers_take_their_declared_type():
     config = build_config(
         "smoke", overrides={"batch_size": 8.0, "lam": 1, "learner": {"learning_rate": 1}}
     )
-    assert type(config.batch_size) is int and type(config.lam) is float
+    assert type(config.batch_size) is int and type(config.game.lam) is float
     assert type(config.learner["learning_rate"]) is float
     before = config.to_dict()
     config.validate()

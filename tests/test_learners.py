@@ -208,7 +208,7 @@ def test_moe_evaluation_keeps_the_answer_with_the_higher_value(tiny_model_dir, t
     import train.evaluate as ev
 
     config = tiny_config(tiny_model_dir, tmp_path, algorithm="moe")
-    assert (config.lam, config.sees, config.n_agents) == (0.0, "none", 2)
+    assert (config.game.lam, config.game.sees, config.game.n_agents) == (0.0, "none", 2)
     game, learners = build_game_and_learners(config)
 
     class Valued:

@@ -90,11 +90,11 @@ def test_config_precedence_and_errors(tmp_path):
         ],
         "ppo",
     )
-    assert config.algorithm == "ppo" and config.n_agents == 1
+    assert config.algorithm == "ppo" and config.game.n_agents == 1
     assert config.batch_size == 16 and config.iterations == 7
     assert config.learner["learning_rate"] == 0.5 and config.learner["ppo_epochs"] == 3
     assert config.learner["mini_batch_size"] == PRESETS["cpu"]["learner"]["mini_batch_size"]
-    assert config.max_new_tokens == [3, 6]
+    assert config.game.max_new_tokens == [3, 6]
     config.save(tmp_path / "saved.yaml")
     again = build_config(config_file=tmp_path / "saved.yaml", algorithm="ppo")
     assert again == config
@@ -108,7 +108,7 @@ def test_config_precedence_and_errors(tmp_path):
 @pytest.mark.parametrize("algorithm", ["cory", "ppo"])
 def test_every_preset_is_a_valid_config(preset, algorithm):
     config = build_config(preset, algorithm=algorithm)
-    assert config.n_agents == (2 if algorithm == "cory" else 1)
+    assert config.game.n_agents == (2 if algorithm == "cory" else 1)
     assert config.batch_size % config.learner["mini_batch_size"] == 0
 
 
@@ -138,7 +138,7 @@ def test_readme_style_flags_train_end_to_end(tiny_model_dir, tmp_path, capsys):
     ]
     run = main("ppo", flags)
     saved = yaml.safe_load((run.path / "config.yaml").read_text())
-    assert saved["learner"]["learning_rate"] == 1e-5 and saved["lam"] == -0.5
+    assert saved["learner"]["learning_rate"] == 1e-5 and saved["game"]["lam"] == -0.5
     out = capsys.readouterr().out
     assert "run summary (2 iterations" in out and "s/iteration" in out and "on disk" in out
 

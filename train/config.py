@@ -44,18 +44,11 @@ class TrainConfig:
     learners: dict[str, Any] | None = None
     """A learner per seat, e.g. ``{llm_0: ppo, llm_1: {learner: reinforce, learning_rate:
     1e-5}}``: every seat must be named. None = the algorithm's learner in every seat."""
-    n_agents: int = 2
-    lam: float = 1.0
-    sees: str = "previous"
-    """Who a later agent sees: ``previous`` (a chain), ``all``, or ``none`` (no transfer)."""
-    group_size: int = 1
-    """Each query is played this many times per batch (RLOO/GRPO groups)."""
-    reward_norm: bool = False
-    """Standardise each agent's scores over the batch before ``lam`` mixes them."""
-    role_exchange_period: int = 5
-    max_new_tokens: Any = None
-    """int, or [low, high) drawn per iteration; None = the task's default."""
-    context_length: int | None = None
+    game: GameSettings = field(default_factory=GameSettings)
+    """The game's settings (``cory_env.core.GameSettings``: ``n_agents``, ``lam``, ``sees``,
+    ``group_size``, ``reward_norm``, ``role_exchange_period``, ``max_new_tokens``,
+    ``context_length``). Each is also a flag and a top-level key (``--lam -1``, ``lam:
+    -1``), read into this section."""
     batch_size: int = 32
     iterations: int = 100
     seed: int = 0
@@ -104,14 +97,18 @@ class TrainConfig:
     def __post_init__(self) -> None:
         """Plain types for what YAML and Python callers hand in (a tuple, a Path, ``1e3``)."""
         checks.plain_numbers(self)
-        if isinstance(self.max_new_tokens, tuple):
-            self.max_new_tokens = list(self.max_new_tokens)
+        if isinstance(self.game, dict):
+            self.game = GameSettings(**self.game)
+        if isinstance(self.game.max_new_tokens, tuple):  # YAML has lists
+            self.game = dataclasses.replace(
+                self.game, max_new_tokens=list(self.game.max_new_tokens)
+            )
         if isinstance(self.run_dir, Path):
             self.run_dir = str(self.run_dir)
 
     @property
     def agents(self) -> list[str]:
-        return [f"llm_{i}" for i in range(self.n_agents)]
+        return [f"llm_{i}" for i in range(self.game.n_agents)]
 
     def seat_models(self) -> dict[str, str]:
         """The model of every seat."""
@@ -165,10 +162,6 @@ class TrainConfig:
                 resolved.setdefault(f.name, getattr(settings, f.name))
         return resolved
 
-    def game_settings(self) -> dict[str, Any]:
-        """The settings of the game (``cory_env.core.GameSettings``) this config plays."""
-        return {name: getattr(self, name) for name in GAME_SETTINGS}
-
     def validate(self) -> None:
         """Check every setting now, before any model is loaded; nothing is changed.
 
@@ -178,15 +171,17 @@ class TrainConfig:
         """
         checks.choice(self.algorithm, "algorithm", sorted(ALGORITHMS))
         algo = ALGORITHMS[self.algorithm]
-        try:
-            GameSettings(**self.game_settings()).validate()
+        if not isinstance(self.game, GameSettings):
+            raise checks.fail("game", "a mapping of game settings", self.game)
+        try:  # on a copy: the game's validate() stores canonical types
+            GameSettings(**dataclasses.asdict(self.game)).validate()
         except checks.SettingError as err:
             raise checks.SettingError(str(err).removeprefix("game: ")) from None
         seats = (f"{algo.min_agents}..{algo.max_agents} seats" if algo.max_agents > 1
                  else "1 seat: it is a single-agent baseline; several seats play --algorithm "
                  "cory (or moe), with --learners to choose each seat's learner")  # fmt: skip
         checks.integer(
-            self.n_agents, "n_agents", minimum=algo.min_agents, maximum=algo.max_agents,
+            self.game.n_agents, "n_agents", minimum=algo.min_agents, maximum=algo.max_agents,
             hint=f"algorithm {self.algorithm!r} plays {seats}",
         )  # fmt: skip
         for name in ("models", "learners"):
@@ -198,7 +193,7 @@ class TrainConfig:
             unknown = sorted(set(mapping) - set(self.agents))
             if unknown:
                 raise checks.SettingError(
-                    f"{name}: no seats {unknown} in a {self.n_agents}-agent game; the seats "
+                    f"{name}: no seats {unknown} in a {self.game.n_agents}-agent game; the seats "
                     f"are {self.agents}"
                 )
         if self.learners is not None:
@@ -259,10 +254,10 @@ class TrainConfig:
             )
         if self.run_dir is not None:
             checks.text(self.run_dir, "run_dir")
-        if self.batch_size % self.group_size:
+        if self.batch_size % self.game.group_size:
             raise checks.SettingError(
                 f"batch_size ({self.batch_size}) must be a multiple of group_size "
-                f"({self.group_size})"
+                f"({self.game.group_size})"
             )
         self.check_learners()
 
@@ -437,7 +432,9 @@ def upgraded(values: dict[str, Any]) -> dict[str, Any]:
         section = values.pop(old, None)
         if isinstance(section, dict):
             learner.update(section)
-    return {**values, "learner": learner}
+    game = {k: values.pop(k) for k in list(values) if k in GAME_SETTINGS}
+    game.update(values.pop("game", None) or {})
+    return {**values, "game": game, "learner": learner}
 
 
 def _merge(
@@ -446,7 +443,7 @@ def _merge(
     """``config`` with ``values`` layered on top. ``optional`` collects the learner settings
     that may belong to no seat's learner (an algorithm's or a preset's defaults, an old
     section): those are dropped for a run whose learners lack them, not refused."""
-    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    known = {f.name for f in dataclasses.fields(TrainConfig)} | set(GAME_SETTINGS)
     unknown = sorted(set(values) - known - set(DEPRECATED_SECTIONS))
     misplaced = [k for k in unknown if k in all_learner_settings()]
     if misplaced:
@@ -459,6 +456,22 @@ def _merge(
             f"{source}: unknown settings {unknown}; known settings are {sorted(known)}"
         )
     values = dict(values)
+    game = values.pop("game", None) or {}
+    if isinstance(game, GameSettings):
+        game = dataclasses.asdict(game)
+    if not isinstance(game, dict):
+        raise checks.fail("game", "a mapping of game settings", game, source)
+    flat = {k: values.pop(k) for k in list(values) if k in GAME_SETTINGS}  # lam: -1, --lam -1
+    unknown_game = sorted(set(game) - set(GAME_SETTINGS))
+    if unknown_game:
+        raise checks.SettingError(
+            f"{source}: game: unknown settings {unknown_game}; the game's settings are "
+            f"{list(GAME_SETTINGS)}"
+        )
+    if game or flat:
+        config = dataclasses.replace(
+            config, game=dataclasses.replace(config.game, **{**game, **flat})
+        )
     learner = dict(config.learner)
     old_names = [old for old in DEPRECATED_SECTIONS if old in values]
     for old in old_names:
@@ -587,9 +600,11 @@ def make_parser(algorithm: str) -> argparse.ArgumentParser:
         "--import", action="append", dest="import_modules", metavar="MODULE", default=[],
         help="a module of your own to import first (it registers learners or tasks); repeatable",
     )  # fmt: skip
-    for f in dataclasses.fields(TrainConfig):
-        if f.name != "algorithm":
-            parser.add_argument(f"--{f.name}", type=_flag_value, default=argparse.SUPPRESS)
+    for name in [f.name for f in dataclasses.fields(TrainConfig)] + list(GAME_SETTINGS):
+        if name not in ("algorithm", "game"):
+            parser.add_argument(f"--{name}", type=_flag_value, default=argparse.SUPPRESS)
+    parser.add_argument("--game", type=_flag_value, default=argparse.SUPPRESS,
+                        help="game settings as a mapping; each also has its own flag")  # fmt: skip
     for name in sorted(all_learner_settings()):
         parser.add_argument(
             f"--{name}", type=_flag_value, default=argparse.SUPPRESS, dest=f"learner.{name}"

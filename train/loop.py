@@ -7,6 +7,7 @@ any other learner share it. One iteration = one batch of ``batch_size`` games.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import resource
 import sys
 import time
@@ -45,18 +46,10 @@ def make_game(
         if task is not None
         else dict(config.task_settings if task_settings is None else task_settings)
     )
-    settings.update(
-        n_agents=config.n_agents,
-        lam=config.lam,
-        role_exchange_period=config.role_exchange_period,
-        sees=config.sees,
-        group_size=config.group_size if group_size is None else group_size,
-        reward_norm=config.reward_norm,
-    )
-    if config.max_new_tokens is not None:
-        settings["max_new_tokens"] = config.max_new_tokens
-    if config.context_length is not None:
-        settings["context_length"] = config.context_length
+    game = dataclasses.asdict(config.game)
+    if group_size is not None:
+        game["group_size"] = group_size
+    settings.update({k: v for k, v in game.items() if v is not None})  # None: the task's
     return BatchedTextGame(
         config.task if task is None else task,
         batch_size=config.batch_size if batch_size is None else batch_size,

@@ -100,7 +100,7 @@ def build_game_and_learners(
         seat = Seat(
             agent=agent,
             index=i,
-            n_agents=config.n_agents,
+            n_agents=config.game.n_agents,
             settings=settings,
             tokenizer=tokenizers[agent],
             vocab_size=int(game.action_space(agent).n),
@@ -109,7 +109,7 @@ def build_game_and_learners(
             model_pool=pool,
             accelerator=accelerator,
             seed=Processes(accelerator).game_seed(config.seed) + 1000 * i,
-            group_size=config.group_size,
+            group_size=config.game.group_size,
         )
         learners[agent] = build_learner(name, seat)
     return game, learners
@@ -121,7 +121,7 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
     check_run_path(run_path, resume=resume_dir is not None)
     accelerator = make_accelerator(config)
     processes = Processes(accelerator)
-    if processes.num > 1 and config.lora and config.n_agents > 1:
+    if processes.num > 1 and config.lora and config.game.n_agents > 1:
         raise SettingError(
             "lora with several seats shares one base model between the agents, which "
             "data-parallel training (DDP) cannot wrap; run it in one process or without lora"

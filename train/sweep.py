@@ -89,8 +89,8 @@ def _comparable(values: dict[str, Any]) -> dict[str, Any]:
     from train.config import parse_yaml
 
     plain = parse_yaml(yaml.safe_dump(values, sort_keys=False))
-    learner = plain.pop("learner", None) or {}
-    plain.update({f"learner.{k}": v for k, v in learner.items()})  # says which setting differs
+    for section in ("game", "learner"):  # so that the message says which setting differs
+        plain.update({f"{section}.{k}": v for k, v in (plain.pop(section, None) or {}).items()})
     return {k: v for k, v in plain.items() if k not in ("iterations", "run_dir")}
 
 
@@ -245,6 +245,7 @@ def sweep(
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     from cory_env.checks import SettingError
+    from cory_env.core import GAME_SETTINGS
     from train import allocator
     from train.algorithms import ALGORITHMS
     from train.config import PRESETS, TrainConfig, all_learner_settings
@@ -275,7 +276,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "e.g. \"git add {results} && git commit -qm 'study: {name}'\"",
     )  # fmt: skip
     args, train_flags = parser.parse_known_args(argv)
-    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    fields = {f.name for f in dataclasses.fields(TrainConfig)} | set(GAME_SETTINGS)
     if args.setting is not None and args.setting not in fields | all_learner_settings():
         parser.error(f"--setting {args.setting}: not a training setting")
     for flag in ("--algorithm", "--seed", "--run_dir", "--resume", "--config"):
