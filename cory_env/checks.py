@@ -131,24 +131,24 @@ def free_name(registry: Mapping[str, Any], name: str, factory: Any, kind: str,
 
 def plain_numbers(settings: Any) -> None:
     """Give a dataclass's numbers the type its fields declare, in place, at construction:
-    ``2`` for a float field becomes ``2.0``, an integral ``1e3`` for an int field ``1000``
-    (YAML reads ``1e3`` as a float). Anything else is left for ``validate`` to refuse."""
+    ``2`` or a numpy float for a float field becomes a float, an integral ``1e3`` or a numpy
+    integer for an int field an int (YAML reads ``1e3`` as a float). Anything else
+    (a bool, a string, ``2.5`` for an int) is left for ``validate`` to refuse."""
     import dataclasses
 
     for f in dataclasses.fields(settings):
         value, kind = getattr(settings, f.name), str(f.type)
         if isinstance(value, bool):
             continue
-        if kind in ("float", "float | None") and isinstance(value, Integral):
-            object.__setattr__(settings, f.name, float(value))
-        elif (
-            kind in ("int", "int | None")
-            and isinstance(value, Real)
-            and not isinstance(value, Integral)
-            and math.isfinite(value)
-            and float(value).is_integer()
-        ):
-            object.__setattr__(settings, f.name, int(value))
+        if kind in ("float", "float | None") and isinstance(value, Real):
+            if type(value) is not float:  # an int, a numpy number
+                object.__setattr__(settings, f.name, float(value))
+        elif kind in ("int", "int | None") and type(value) is not int:
+            integral = isinstance(value, Integral) or (
+                isinstance(value, Real) and math.isfinite(value) and float(value).is_integer()
+            )
+            if integral:  # a numpy integer, an integral float such as 1e3
+                object.__setattr__(settings, f.name, int(value))
 
 
 _NOTED: set[str] = set()

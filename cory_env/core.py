@@ -84,41 +84,21 @@ class GameSettings:
         checks.plain_numbers(self)  # 2.0 agents is 2, lam 1 is 1.0
 
     def validate(self) -> None:
-        """Refuse bad values (and bools where numbers are meant) before any work is done.
-
-        Valid values are stored in their canonical type (``n_agents=2.0`` becomes ``2``).
-        """
+        """Refuse bad values (and bools where numbers are meant) before any work is done;
+        nothing is changed (numbers took their declared types at construction)."""
         where = "game"
-        canonical = {
-            "n_agents": checks.integer(self.n_agents, "n_agents", minimum=1, where=where),
-            "lam": checks.number(
-                self.lam, "lam", where=where, hint="1 = CORY, 0 = independent, -1 = zero-sum"
-            ),
-            "role_exchange_period": checks.integer(
-                self.role_exchange_period,
-                "role_exchange_period",
-                minimum=1,
-                where=where,
-                hint="episodes between role exchanges",
-            ),
-            "sees": checks.choice(self.sees, "sees", SEES, where=where),
-            "group_size": checks.integer(
-                self.group_size,
-                "group_size",
-                minimum=1,
-                where=where,
-                hint="times each query is played in one batch",
-            ),
-            "reward_norm": checks.boolean(self.reward_norm, "reward_norm", where=where),
-        }
+        checks.integer(self.n_agents, "n_agents", minimum=1, where=where)
+        checks.number(self.lam, "lam", where=where, hint="1 = CORY, 0 = independent, -1 = zero-sum")
+        checks.integer(self.role_exchange_period, "role_exchange_period", minimum=1, where=where,
+                       hint="episodes between role exchanges")  # fmt: skip
+        checks.choice(self.sees, "sees", SEES, where=where)
+        checks.integer(self.group_size, "group_size", minimum=1, where=where,
+                       hint="times each query is played in one batch")  # fmt: skip
+        checks.boolean(self.reward_norm, "reward_norm", where=where)
         if self.context_length is not None:
-            canonical["context_length"] = checks.integer(
-                self.context_length, "context_length", minimum=2, where=where
-            )
+            checks.integer(self.context_length, "context_length", minimum=2, where=where)
         if self.max_new_tokens is not None:
             budget_range(self.max_new_tokens, where)
-        for name, value in canonical.items():
-            object.__setattr__(self, name, value)  # frozen: set once, here
 
 
 GAME_SETTINGS = tuple(GameSettings.__dataclass_fields__)

@@ -173,8 +173,8 @@ class TrainConfig:
         algo = ALGORITHMS[self.algorithm]
         if not isinstance(self.game, GameSettings):
             raise checks.fail("game", "a mapping of game settings", self.game)
-        try:  # on a copy: the game's validate() stores canonical types
-            GameSettings(**dataclasses.asdict(self.game)).validate()
+        try:
+            self.game.validate()
         except checks.SettingError as err:
             raise checks.SettingError(str(err).removeprefix("game: ")) from None
         seats = (f"{algo.min_agents}..{algo.max_agents} seats" if algo.max_agents > 1
