@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from agents import ppo_math as pm
-from agents.llm import by_prompt_length, response_logits
+from agents.rollout import by_prompt_length, response_logits
 
 if TYPE_CHECKING:
     from agents.llm import LLMLearner

@@ -85,7 +85,8 @@ import torch
 from torch import nn
 
 import train.loop as loop
-from agents.llm import LLMLearner, Probe, Turn
+from agents.llm import LLMLearner, Probe
+from agents.rollout import Turn
 from train import allocator
 from train.config import TrainConfig, build_config
 from train.run import build_game_and_learners

@@ -24,10 +24,10 @@ from agents.elastic_reset import (
     reset_parameters,
 )
 from agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
-from agents.llm import response_logits
 from agents.policy import build_policies
 from agents.ppo import PPOAgent, PPOConfig
 from agents.reinforce import ReinforceAgent, ReinforceConfig
+from agents.rollout import response_logits
 from agents.state_io import CheckpointError
 from cory_env.checks import SettingError
 from tests.conftest import read_jsonl, tiny_config

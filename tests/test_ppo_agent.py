@@ -9,9 +9,9 @@ import pytest
 import torch
 
 import cory_env
-from agents.llm import response_logits
 from agents.policy import build_policies
 from agents.ppo import PPOAgent, PPOConfig
+from agents.rollout import response_logits
 from tests.conftest import make_tiny_gpt2, make_tiny_lm
 from train.loop import play_batch
 

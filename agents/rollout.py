@@ -1,0 +1,91 @@
+"""What an LLM learner records while it plays: a turn as it is played (prompt, KV cache,
+per-token outputs) and a finished batch of turns (a rollout), with the helpers that cut
+shared padding and order rows by prompt length for the model's forwards."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass
+class Turn:
+    """What an agent records while it answers: its prompt, KV cache and per-token outputs."""
+
+    prompt_ids: torch.Tensor  # (B, P) left-padded, on CPU
+    prompt_mask: torch.Tensor  # (B, P)
+    mask: torch.Tensor  # attention mask so far, on the device
+    positions: torch.Tensor  # position ids of the last forward's inputs, on the device
+    cache: Any = None
+    tokens: list[torch.Tensor] = field(default_factory=list)
+    logprobs: list[torch.Tensor] = field(default_factory=list)
+    sample_logprobs: list[torch.Tensor] = field(default_factory=list)
+    values: list[torch.Tensor] = field(default_factory=list)
+    full_logprobs: list[torch.Tensor] = field(default_factory=list)
+    entropies: list[torch.Tensor] = field(default_factory=list)
+    seen: tuple[torch.Tensor, torch.Tensor] | None = None  # ids in the context and which are real
+
+    @classmethod
+    def start(cls, obs: dict[str, np.ndarray], device: torch.device) -> Turn:
+        """From a turn's first observation, minus columns that are padding in every row."""
+        ids = torch.as_tensor(np.asarray(obs["input_ids"]), dtype=torch.long)
+        mask = torch.as_tensor(np.asarray(obs["attention_mask"]), dtype=torch.long)
+        ids, mask = without_shared_padding(mask, ids, mask)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        return cls(ids, mask, mask.to(device), positions.to(device))
+
+
+@dataclass
+class Rollout:
+    """One finished batch of B games from this agent's seat (tensors on CPU)."""
+
+    prompt_ids: torch.Tensor  # (B, P) left-padded
+    prompt_mask: torch.Tensor  # (B, P)
+    tokens: torch.Tensor  # (B, T) sampled tokens, right-padded
+    mask: torch.Tensor  # (B, T) 1 where the token was accepted by the game
+    logprobs: torch.Tensor  # (B, T) log pi(token) under the model at acting time
+    sample_logprobs: torch.Tensor  # (B, T) log-prob under the distribution sampled from
+    values: torch.Tensor  # (B, T) V(s_t) at acting time
+    full_logprobs: torch.Tensor | None  # (B, T, V) for the exact KL
+    rewards: torch.Tensor  # (B,) what the game paid (with lam, the mixed reward)
+
+    def sequences(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Prompt + response ids, attention mask and position ids, as one forward sees them."""
+        ids = torch.cat([self.prompt_ids, self.tokens], dim=1)
+        mask = torch.cat([self.prompt_mask, self.mask], dim=1)
+        return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+
+    def batch_tensors(self) -> dict[str, torch.Tensor]:
+        """What every update forward needs, built once; mini-batches are rows of them."""
+        ids, attention, positions = self.sequences()
+        return {
+            "ids": ids, "attention": attention, "positions": positions, "tokens": self.tokens,
+            "prompt_ids": self.prompt_ids, "prompt_mask": self.prompt_mask,
+            "old_logprobs": self.sample_logprobs, "mask": self.mask.float(),
+        }  # fmt: skip
+
+
+def without_shared_padding(
+    mask: torch.Tensor, *columns: torch.Tensor, keep: int = 1
+) -> list[torch.Tensor]:
+    """``columns`` (B, L) minus the leading columns that are padding in every row of
+    ``mask``: no model computes them, and a real token attends to none of them, so the
+    result is the same. The last ``keep`` columns always stay (a response, even one the
+    game rejected, and the prompt position that predicts its first token)."""
+    used = mask.any(dim=0).nonzero()
+    last_allowed = mask.shape[1] - keep
+    first = min(int(used[0]), last_allowed) if len(used) else last_allowed
+    return [c[:, max(first, 0) :] for c in columns]
+
+
+def by_prompt_length(rows: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Tensor:
+    """``rows`` ordered by prompt length, so that a chunk of neighbours shares its padding."""
+    return rows[torch.argsort(prompt_mask[rows].sum(dim=1), stable=True)]
+
+
+def response_logits(logits: torch.Tensor, steps: int) -> torch.Tensor:
+    """From the last T+1 positions, the T that predicted the response tokens."""
+    return logits[:, -steps - 1 : -1].float()
