@@ -32,6 +32,12 @@ from cory_env.tasks import Task, make_task, task_needs_tokenizer
 from cory_env.tasks.base import budget_range
 
 
+def roles_for_episode(episode: int, n_agents: int, period: int) -> list[int]:
+    """Role index of each agent in ``episode``: the pioneer seat moves every ``period``."""
+    shift = (episode // period) % n_agents
+    return [(i - shift) % n_agents for i in range(n_agents)]
+
+
 def role_name(role: int, n_agents: int) -> str:
     """``pioneer`` for role 0, ``observer`` for role 1, ``observer_k`` further down a chain."""
     if role == 0:
@@ -281,8 +287,7 @@ class BatchedTextGame:
     # ----------------------------------------------------------------- roles
     def roles_for_episode(self, episode: int) -> list[int]:
         """Role index of each agent: the pioneer seat moves every ``role_exchange_period``."""
-        shift = (episode // self.settings.role_exchange_period) % self.n_agents
-        return [(i - shift) % self.n_agents for i in range(self.n_agents)]
+        return roles_for_episode(episode, self.n_agents, self.settings.role_exchange_period)
 
     def _require_started(self, what: str) -> None:
         if not self._started:

@@ -77,3 +77,39 @@ def test_export_refuses_a_folder_that_is_not_a_run(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(tmp_path), str(tmp_path / "out")])
     assert "not a run folder" in capsys.readouterr().err
+
+
+def test_each_export_carries_a_model_card_the_hub_reads(tiny_model_dir, tmp_path):
+    """README.md with the Hub's metadata header: base model, library, tags; the body says
+    the seat, the roles played, the settings, the held-out evaluation and how to load."""
+    from huggingface_hub import ModelCard
+
+    config = tiny_config(tiny_model_dir, tmp_path / "run", iterations=3, eval_every=2,
+                         eval_queries=3, eval_samples=1)  # fmt: skip
+    run_training(config)
+    export_run(tmp_path / "run", tmp_path / "out")
+    for agent in ("llm_0", "llm_1"):
+        card = ModelCard.load(tmp_path / "out" / agent / "README.md")
+        meta = card.data.to_dict()
+        assert meta["base_model"] == tiny_model_dir and meta["library_name"] == "transformers"
+        assert {"cory", "reinforcement-learning", "ppo"} <= set(meta["tags"])
+        text = " ".join(card.text.split())  # the prose is wrapped
+        assert f"Seat `{agent}` of a 2-agent text game trained with `cory`" in text
+        # role_exchange_period 1 over 3 iterations: llm_0 is pioneer twice, llm_1 once.
+        played = "pioneer for 2 iterations, observer for 1 iteration" if agent == "llm_0" else (
+            "observer for 2 iterations, pioneer for 1 iteration")  # fmt: skip
+        assert played in text, text
+        assert "after 3 updates" in text and "| this agent | pioneer |" in text
+        assert "| base model | pioneer |" in text and "| `lam` | `1.0` |" in text
+        assert "value_head.safetensors" in text and "from_pretrained" in text
+
+
+def test_a_card_without_an_evaluation_says_so(tiny_model_dir, tmp_path):
+    from huggingface_hub import ModelCard
+
+    run_training(tiny_config(tiny_model_dir, tmp_path / "run", "ppo", iterations=2))
+    export_run(tmp_path / "run", tmp_path / "out")
+    card = ModelCard.load(tmp_path / "out" / "llm_0" / "README.md")
+    text = " ".join(card.text.split())
+    assert "pioneer for 2 iterations" in text and "roles exchange" not in text
+    assert "was not evaluated on held-out queries" in text

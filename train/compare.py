@@ -41,8 +41,7 @@ import numpy as np
 
 from train import metrics, results
 from train.arguments import ArgumentParser
-from train.evaluate import FORMAT
-from train.run_folder import EVAL_KEY, write_beside, write_text
+from train.run_folder import EVAL_KEY, final_evaluation, write_beside, write_text
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -84,22 +83,6 @@ def run_folders(paths: list[Path]) -> list[Path]:
             raise FileNotFoundError(f"{path} is neither a run folder nor holds run folders")
         found += inner
     return found
-
-
-def final_evaluation(path: Path) -> dict[str, Any] | None:
-    """``eval.json``, else the last of ``evals/``; None (with a note) for an older format."""
-    along = {p.name.removesuffix(".gz") for p in (path / "evals").glob("updates_*.json*")}
-    candidates = [path / "eval.json", *(path / "evals" / n for n in sorted(along, reverse=True))]
-    for file in candidates:
-        if not results.exists(file):
-            continue
-        evaluation = json.loads(results.read_text(file))
-        if evaluation.get("format") != FORMAT:
-            print(f"compare: {file} is an evaluation of an older format (no fixed set, no "
-                  "answers): left out; evaluate the run again with train/evaluate.py")  # fmt: skip
-            return None
-        return evaluation
-    return None
 
 
 def load_run(path: Path) -> Run:

@@ -4,11 +4,13 @@ python train/export.py RUN_DIR OUT_DIR            # OUT_DIR/llm_0, OUT_DIR/llm_1
 python train/export.py RUN_DIR OUT_DIR --merge    # LoRA runs: merged weights, not adapters
 
 Each folder loads with ``AutoModelForCausalLM.from_pretrained(OUT_DIR / "llm_0")`` and
-holds the agent's tokenizer and its value head (``value_head.safetensors``).
+holds the agent's tokenizer, its value head (``value_head.safetensors``) and a model card
+(``README.md``: what the agent is, how it was trained and evaluated, how to load it).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -43,8 +45,9 @@ def export_run(
 ) -> dict[str, Path]:
     """Load the run's checkpoint and export every agent that has an LLM policy."""
     from train.checkpoint import find_checkpoint, load_json_state
+    from train.model_card import model_card
     from train.run import build_game_and_learners
-    from train.run_folder import load_run_config
+    from train.run_folder import base_evaluation, final_evaluation, load_run_config
 
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     check_out_dir(out_dir, overwrite)
@@ -52,6 +55,8 @@ def export_run(
     folder = find_checkpoint(run_dir)
     iteration = load_json_state(folder)["iteration"]
     game, learners = build_game_and_learners(config)
+    seats = config.seat_learners()
+    evaluation, base = final_evaluation(run_dir), base_evaluation(run_dir)
     exported = {}
     for i, (agent, learner) in enumerate(learners.items()):
         learner.load(folder / agent)
@@ -63,6 +68,12 @@ def export_run(
         partial = out_dir / f"{agent}.partial"
         shutil.rmtree(partial, ignore_errors=True)
         learner.export(partial, game.tokenizers[i], merge, info)
+        name, settings = seats[agent]
+        contents = json.loads((partial / "cory_export.json").read_text())["contents"]
+        card = model_card(config=config, agent=agent, learner_name=name,
+                          learner_settings=settings, updates=iteration + 1, contents=contents,
+                          evaluation=evaluation, base_evaluation=base)  # fmt: skip
+        card.save(partial / "README.md")
         swap_in(partial, out_dir / agent)
         exported[agent] = out_dir / agent
         print(f"{agent} -> {exported[agent]}")

@@ -131,6 +131,36 @@ class RunDirectory:
             self._tb.close()
 
 
+def base_evaluation(path: Path) -> dict[str, Any] | None:
+    """The evaluation before the first update (``--eval_every``): the base model's answers."""
+    from train import results
+
+    file = Path(path) / "evals" / "updates_000000.json"
+    return json.loads(results.read_text(file)) if results.exists(file) else None
+
+
+def final_evaluation(path: Path) -> dict[str, Any] | None:
+    """The run's last held-out evaluation: ``eval.json``, else the last of ``evals/`` (of a
+    run folder or its compact results); None where there is none, or (with a note) where it
+    is of an older format."""
+    from train import results
+    from train.evaluate import FORMAT
+
+    path = Path(path)
+    along = {p.name.removesuffix(".gz") for p in (path / "evals").glob("updates_*.json*")}
+    candidates = [path / "eval.json", *(path / "evals" / n for n in sorted(along, reverse=True))]
+    for file in candidates:
+        if not results.exists(file):
+            continue
+        evaluation = json.loads(results.read_text(file))
+        if evaluation.get("format") != FORMAT:
+            print(f"{file} is an evaluation of an older format (no fixed set, no answers): "
+                  "left out; evaluate the run again with train/evaluate.py")  # fmt: skip
+            return None
+        return evaluation
+    return None
+
+
 def has_checkpoint(run_path: Path) -> bool:
     """Whether the folder holds a complete checkpoint to resume from."""
     from train.checkpoint import find_checkpoint
