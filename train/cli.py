@@ -42,3 +42,10 @@ def compare() -> None:
     from train.compare import main
 
     main()
+
+
+def play() -> None:
+    """``cory-play RUN [--query ...]``: train/play.py."""
+    from train.play import main
+
+    main()
