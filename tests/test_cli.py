@@ -18,6 +18,7 @@ MAINS = {
     "cory-export": "train.export",
     "cory-sweep": "train.sweep",
     "cory-compare": "train.compare",
+    "cory-play": "train.play",
 }
 
 

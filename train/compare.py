@@ -46,8 +46,8 @@ from train.run_folder import EVAL_KEY, final_evaluation, write_beside, write_tex
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-IGNORED = ("seed", "run_dir")
-"""Settings in which runs of one group may differ."""
+IGNORED = ("seed", "run_dir", "report_to")
+"""Settings in which runs of one group may differ (where logs go changes no result)."""
 QUANTITIES = (("score", "task reward"), ("kl", "KL(pi || pi_ref)"), ("objective", "r - eta * KL"))
 
 

@@ -89,6 +89,9 @@ class TrainConfig:
     """Games per batch in evaluations (it does not change the evaluation set)."""
     eval_seed: int = 1234
     """Fixes each held-out answer's budget and sampling uniforms."""
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Experiment trackers (``train/trackers.py``): tensorboard, wandb, mlflow, trackio, or
+    none; a flag takes them comma-separated (``--report_to tensorboard,wandb``)."""
     learner: dict[str, Any] = field(default_factory=dict)
     """The seats' learner settings: those every LLM learner shares (``agents/llm.py``'s
     ``LLMConfig``) and each learner's own (e.g. ``ppo_epochs``, ``reset_freq``). Each seat
@@ -99,6 +102,8 @@ class TrainConfig:
         checks.plain_numbers(self)
         if isinstance(self.game, dict):
             self.game = GameSettings(**self.game)
+        if isinstance(self.report_to, str):  # --report_to tensorboard,wandb
+            self.report_to = [n.strip() for n in self.report_to.split(",") if n.strip()]
         if isinstance(self.game.max_new_tokens, tuple):  # YAML has lists
             self.game = dataclasses.replace(
                 self.game, max_new_tokens=list(self.game.max_new_tokens)
@@ -254,6 +259,9 @@ class TrainConfig:
             )
         if self.run_dir is not None:
             checks.text(self.run_dir, "run_dir")
+        from train.trackers import check_report_to
+
+        check_report_to(self.report_to)
         if self.batch_size % self.game.group_size:
             raise checks.SettingError(
                 f"batch_size ({self.batch_size}) must be a multiple of group_size "

@@ -182,7 +182,8 @@ def train(
     hooks = _Hooks(callbacks)
     main = processes.is_main
     start = load_checkpoint(run_path, learners, game, processes) if resume else 0
-    run = RunDirectory(run_path, first_iteration=start) if main else None
+    tensorboard = "tensorboard" in config.report_to
+    run = RunDirectory(run_path, first_iteration=start, tensorboard=tensorboard) if main else None
     if run is not None:
         if resume:
             run.truncate_logs(start)

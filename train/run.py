@@ -22,7 +22,8 @@ from train.config import TrainConfig, parse_args
 from train.distributed import Processes
 from train.loop import make_game, train
 from train.run_folder import RunDirectory, check_run_path
-from train.summary import run_summary
+from train.summary import run_summary, summary_values
+from train.trackers import Trackers
 
 
 def make_accelerator(config: TrainConfig) -> Any:
@@ -136,9 +137,13 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
                   f"{config.iterations}; raise --iterations to train further")  # fmt: skip
             return None
     game, learners = build_game_and_learners(config, accelerator)
-    run = train(config, learners, game, run_path, resume_dir is not None, processes)
+    trackers = Trackers(config, run_path) if processes.is_main else None
+    run = train(config, learners, game, run_path, resume_dir is not None, processes,
+                callbacks=[trackers] if trackers is not None else [])  # fmt: skip
     if run is not None:
         print(run_summary(run.path))
+        if trackers is not None:
+            trackers.finish(summary_values(run.path))
     return run
 
 

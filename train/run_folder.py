@@ -79,8 +79,9 @@ def _iteration_of(line: str) -> int | None:
 class RunDirectory:
     """The files of one run: config, metrics, samples, TensorBoard, checkpoints, plots."""
 
-    def __init__(self, path: Path, first_iteration: int = 0) -> None:
+    def __init__(self, path: Path, first_iteration: int = 0, tensorboard: bool = True) -> None:
         self.path = Path(path)
+        self.writes_tensorboard = tensorboard
         self.path.mkdir(parents=True, exist_ok=True)
         self.metrics_file = self.path / "metrics.jsonl"
         self.samples_file = self.path / "samples.jsonl"
@@ -103,6 +104,8 @@ class RunDirectory:
         (TensorBoard step: the iteration, or the evaluation's number of updates)."""
         with self.metrics_file.open("a") as f:
             f.write(json.dumps(row) + "\n")
+        if not self.writes_tensorboard:
+            return
         step = row.get(EVAL_KEY, row["iteration"])
         for key, value in row.items():
             if isinstance(value, (int, float)) and key not in ("iteration", EVAL_KEY):
@@ -112,8 +115,9 @@ class RunDirectory:
         with self.samples_file.open("a") as f:
             for sample in samples:
                 f.write(json.dumps({"iteration": iteration, **sample}) + "\n")
-        text = "\n\n".join(json.dumps(s, indent=1) for s in samples)
-        self.tensorboard.add_text("samples", f"```\n{text}\n```", iteration)
+        if self.writes_tensorboard:
+            text = "\n\n".join(json.dumps(s, indent=1) for s in samples)
+            self.tensorboard.add_text("samples", f"```\n{text}\n```", iteration)
 
     def truncate_logs(self, iteration: int) -> None:
         """On resume, drop log rows written after the checkpoint (they will be redone)."""

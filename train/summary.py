@@ -20,6 +20,29 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TB"  # pragma: no cover
 
 
+def summary_values(run_path: Path) -> dict[str, float]:
+    """The summary's numbers (for trackers): each agent's last score and KL, seconds per
+    iteration after the first, peak memory, and the last held-out reward and KL."""
+    from train.run_folder import read_evaluations, read_metrics
+
+    rows = read_metrics(run_path)
+    if not rows:
+        return {}
+    last = rows[-1]
+    out = {k: float(v) for k, v in last.items()
+           if k.startswith("llm_") and k.endswith(("/score", "/kl"))}  # fmt: skip
+    times = [r["time/iteration_s"] for r in rows[1:]] or [rows[0]["time/iteration_s"]]
+    out["seconds_per_iteration"] = sum(times) / len(times)
+    out["peak_memory_gb"] = max(r.get("memory/peak_mb", 0.0) for r in rows) / 1024
+    out["iterations"] = float(len(rows))
+    evaluations = read_evaluations(run_path)
+    if evaluations:
+        for key in ("eval/all/reward", "eval/all/kl"):
+            if key in evaluations[-1]:
+                out[key.replace("eval/all/", "held_out_")] = float(evaluations[-1][key])
+    return out
+
+
 def run_summary(run_path: Path) -> str:
     """First and last task score and KL per agent, s/iteration, peak memory, folder, disk."""
     from train.run_folder import read_evaluations, read_metrics

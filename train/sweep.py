@@ -91,7 +91,7 @@ def _comparable(values: dict[str, Any]) -> dict[str, Any]:
     plain = parse_yaml(yaml.safe_dump(values, sort_keys=False))
     for section in ("game", "learner"):  # so that the message says which setting differs
         plain.update({f"{section}.{k}": v for k, v in (plain.pop(section, None) or {}).items()})
-    return {k: v for k, v in plain.items() if k not in ("iterations", "run_dir")}
+    return {k: v for k, v in plain.items() if k not in ("iterations", "run_dir", "report_to")}
 
 
 def check_same_config(path: Path, wanted: Any) -> None:

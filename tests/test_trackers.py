@@ -1,0 +1,99 @@
+"""Experiment trackers: a run reports its config, every metrics row and its summary to
+W&B, MLflow and Trackio offline (each where installed), through accelerate's trackers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cory_env.checks import SettingError
+from tests.conftest import tiny_config
+from train.config import build_config
+from train.run import run_training
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def needs(package):
+    return pytest.mark.skipif(
+        importlib.util.find_spec(package) is None, reason=f"{package} is not installed"
+    )
+
+
+def train_reporting_to(tracker, model_dir, run_dir, env):
+    """A tiny CORY run in its own process (trackers keep process-wide state)."""
+    flags = ["--preset", "smoke", "--model", model_dir, "--run_dir", str(run_dir),
+             "--device", "cpu", "--batch_size", "4", "--mini_batch_size", "2",
+             "--iterations", "2", "--max_new_tokens", "[2, 4]", "--report_to", tracker]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "train" / "cory.py"), *flags], capture_output=True,
+        text=True, timeout=600, check=False,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **env},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+
+
+def test_report_to_is_checked_before_any_model_loads(monkeypatch):
+    with pytest.raises(SettingError, match="report_to must be one of"):
+        build_config("smoke", overrides={"report_to": "tensorboard,comet"})
+    with pytest.raises(SettingError, match="'none' alone"):
+        build_config("smoke", overrides={"report_to": ["none", "wandb"]})
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "wandb" else real(name, *a))  # fmt: skip
+    with pytest.raises(SettingError, match="wandb is not installed; pip install wandb"):
+        build_config("smoke", overrides={"report_to": "wandb"})
+    assert build_config("smoke", overrides={"report_to": "none"}).report_to == ["none"]
+
+
+def test_report_to_none_writes_no_tensorboard_files(tiny_model_dir, tmp_path):
+    run = run_training(tiny_config(tiny_model_dir, tmp_path / "run", iterations=2,
+                                   report_to="none"))  # fmt: skip
+    assert not (run.path / "tensorboard").exists() and (run.path / "metrics.jsonl").exists()
+
+
+@needs("mlflow")
+def test_mlflow_gets_config_metrics_and_summary(tiny_model_dir, tmp_path):
+    pytest.importorskip("sqlalchemy", reason="MLflow's local database store needs sqlalchemy")
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"  # MLflow's default kind of local store
+    train_reporting_to("mlflow", tiny_model_dir, tmp_path / "run", {"MLFLOW_TRACKING_URI": store})
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=store)
+    [run] = client.search_runs([client.get_experiment_by_name("cory").experiment_id])
+    assert run.info.run_name == "run"
+    assert float(run.data.params["learner/learning_rate"]) == 1e-5
+    assert run.data.params["game/lam"] == "1.0"
+    history = client.get_metric_history(run.info.run_id, "llm_0/score")
+    assert [m.step for m in history] == [0, 1]
+    assert run.data.metrics["summary/iterations"] == 2.0
+
+
+@needs("wandb")
+def test_wandb_offline_gets_config_metrics_and_summary(tiny_model_dir, tmp_path):
+    train_reporting_to("wandb", tiny_model_dir, tmp_path / "run", {"WANDB_MODE": "offline"})
+    [log] = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
+    # The offline run's transaction log holds the records `wandb sync` would upload; its
+    # keys are plain strings in it.
+    data = log.read_bytes()
+    for key in (b"learner/learning_rate", b"game/lam", b"llm_0/score", b"summary/iterations"):
+        assert key in data, key
+
+
+@needs("trackio")
+def test_trackio_local_store_gets_metrics_and_summary(tiny_model_dir, tmp_path):
+    env = {"TRACKIO_DIR": str(tmp_path / "trackio")}
+    train_reporting_to("trackio", tiny_model_dir, tmp_path / "run", env)
+    read = ("import json, trackio; from trackio.sqlite_storage import SQLiteStorage; "
+            "print(json.dumps(SQLiteStorage.get_logs('cory', 'run')))")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", read], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120, check=True)  # fmt: skip
+    logs = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [r["step"] for r in logs if "llm_0/score" in r] == [0, 1]
+    assert any(r.get("summary/iterations") == 2 for r in logs)

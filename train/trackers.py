@@ -1,0 +1,99 @@
+"""Experiment trackers: the run's config, every metrics row and the final summary, sent to
+Weights & Biases, MLflow or Trackio through accelerate's tracker integrations.
+
+``--report_to tensorboard,wandb`` (default ``tensorboard``; ``none`` for no tracker).
+TensorBoard is written by the run folder itself (``RUN/tensorboard/``); the others are
+accelerate's ``WandBTracker``, ``MLflowTracker`` and ``TrackioTracker``, each configured
+by its library's own environment: ``WANDB_MODE=offline`` keeps a W&B run local,
+``MLFLOW_TRACKING_URI`` picks the MLflow store (MLflow's default ``sqlite:///mlflow.db``;
+a local file store such as ``file:./mlruns`` also needs ``MLFLOW_ALLOW_FILE_STORE=true``),
+``TRACKIO_DIR`` Trackio's local database. Only the main process reports.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from cory_env import checks
+from train.loop import Callback
+from train.run_folder import EVAL_KEY
+
+REPORT_TO = ("tensorboard", "wandb", "mlflow", "trackio", "none")
+PACKAGES = {"wandb": "wandb", "mlflow": "mlflow", "trackio": "trackio"}
+"""The package each tracker needs (``pip install <package>``)."""
+PROJECT = "cory"
+
+
+def check_report_to(report_to: Any) -> None:
+    """A list of known trackers, ``none`` alone; a tracker whose package is missing is
+    refused with the package to install, before any model loads."""
+    if not isinstance(report_to, list) or not report_to:
+        raise checks.fail("report_to", "a list of trackers such as [tensorboard, wandb]", report_to)
+    for name in report_to:
+        checks.choice(name, "report_to", REPORT_TO)
+    if "none" in report_to and len(report_to) > 1:
+        raise checks.fail("report_to", "'none' alone or a list of trackers", report_to)
+    for name in report_to:
+        package = PACKAGES.get(name)
+        if package is not None and importlib.util.find_spec(package) is None:
+            raise checks.SettingError(
+                f"report_to: {name} is not installed; pip install {package} (or drop {name})"
+            )
+
+
+def flat_settings(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested settings as ``section/key`` entries of the types trackers take."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flat_settings(value, f"{name}/"))
+        elif value is None or isinstance(value, (bool, int, float, str)):
+            flat[name] = value
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+def make_tracker(name: str, run_name: str, run_path: Path) -> Any:
+    """accelerate's tracker ``name`` for this run (started)."""
+    from accelerate import tracking
+
+    if name == "wandb":
+        tracker = tracking.WandBTracker(PROJECT, name=run_name, dir=str(run_path))
+    elif name == "mlflow":
+        tracker = tracking.MLflowTracker(experiment_name=PROJECT, run_name=run_name)
+    elif name == "trackio":
+        tracker = tracking.TrackioTracker(PROJECT, name=run_name)
+    else:
+        raise ValueError(f"no tracker {name!r}")
+    tracker.start()
+    return tracker
+
+
+class Trackers(Callback):
+    """Reports a run to every tracker of ``report_to`` but TensorBoard: the config when the
+    run starts, each ``metrics.jsonl`` row as it is logged (step: the iteration, or an
+    evaluation's number of updates, as in TensorBoard), the summary when it ends."""
+
+    def __init__(self, config: Any, run_path: Path) -> None:
+        names = [n for n in config.report_to if n not in ("tensorboard", "none")]
+        self.trackers = [make_tracker(n, Path(run_path).name, Path(run_path)) for n in names]
+        self.step = 0
+        for tracker in self.trackers:
+            tracker.store_init_configuration(flat_settings(config.to_dict()))
+
+    def on_row(self, row: dict[str, Any]) -> None:
+        self.step = int(row.get(EVAL_KEY, row["iteration"]))
+        values = {k: v for k, v in row.items()
+                  if isinstance(v, (int, float)) and k not in ("iteration", EVAL_KEY)}  # fmt: skip
+        for tracker in self.trackers:
+            tracker.log(values, step=self.step)
+
+    def finish(self, summary: dict[str, float]) -> None:
+        """Log the run's summary (``summary/*``) and close every tracker."""
+        for tracker in self.trackers:
+            tracker.log({f"summary/{k}": v for k, v in summary.items()}, step=self.step)
+            tracker.finish()
