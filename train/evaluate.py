@@ -371,8 +371,27 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--show", type=int, default=3, help="sample exchanges kept per role")
     parser.add_argument("--no_reference", action="store_true", help="skip the base-model rows")
     parser.add_argument("--out", type=Path, help="without a run: folder for eval.json/eval.md")
+    parser.add_argument(
+        "--seats", type=_flag_value, metavar="MAPPING",
+        help="play a game of agents from any runs: {llm_0: RUN:AGENT, llm_1: base} (a player "
+        "is RUN:AGENT, base, or a model folder); writes to --out",
+    )  # fmt: skip
+    parser.add_argument(
+        "--cross_play", nargs="+", type=Path, metavar="RUN",
+        help="every agent of these runs and the base model as pioneer against every one as "
+        "observer; writes cross_play.csv and .png to --out",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     runs = [*args.runs, *args.run]
+    if args.seats is not None or args.cross_play:
+        if runs or (args.seats is not None and args.cross_play):
+            parser.error("--seats, --cross_play and run folders are three separate uses; give one")
+        if args.out is None:
+            parser.error("--seats and --cross_play write into --out DIR; give one")
+        try:
+            return [_play_players(args)]
+        except (SettingError, FileNotFoundError, CheckpointError, ValueError) as err:
+            parser.error(str(err))
     options = {
         "samples": args.samples, "batch_size": args.batch_size, "seed": args.seed,
         "max_queries": args.max_queries, "show": args.show,
@@ -402,6 +421,35 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         if result["run"]:
             print(f"wrote {Path(result['run']) / 'eval.json'} and eval.md\n")
     return results
+
+
+def _play_players(args: Any) -> dict[str, Any]:
+    """``--seats`` (one game, written as eval.json) or ``--cross_play`` (the matrix)."""
+    from cory_env.checks import SettingError
+    from train import cross_play as xp
+
+    options = {"samples": args.samples, "batch_size": args.batch_size, "seed": args.seed,
+               "max_queries": args.max_queries}  # fmt: skip
+    if args.cross_play:
+        cells = xp.cross_play(xp.run_players(args.cross_play), options)
+        csv_path, png_path = xp.write_matrix(cells, args.out)
+        print(f"wrote {csv_path} and {png_path}")
+        return {"cross_play": cells}
+    if not isinstance(args.seats, dict) or not args.seats:
+        raise SettingError("--seats must be a mapping such as {llm_0: runs/a:llm_1, llm_1: base}")
+    seats = {str(k): xp.Player.parse(v) for k, v in args.seats.items()}
+    expected = [f"llm_{i}" for i in range(len(seats))]
+    if sorted(seats) != expected:
+        raise SettingError(f"--seats must name the seats {expected}, got {sorted(seats)}")
+    seats = {seat: seats[seat] for seat in expected}
+    template = xp.template_config(list(seats.values()), args.task)
+    config, answers, evaluator = xp.play_seats(seats, template, options)
+    result = build_result(evaluator, config, answers, common=True)
+    result["seats"] = {seat: player.label for seat, player in seats.items()}
+    write_eval(args.out, result)
+    print(report.to_markdown(result))
+    print(f"seats: {result['seats']}\nwrote {args.out / 'eval.json'} and eval.md")
+    return result
 
 
 if __name__ == "__main__":

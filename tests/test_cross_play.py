@@ -1,0 +1,88 @@
+"""Any agent in any seat: agents of different runs, the base model and model folders play
+together on the fixed held-out set; cross-play fills a pioneer x observer matrix."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from cory_env.checks import SettingError
+from tests.conftest import tiny_config
+from train import evaluate as ev
+from train.cross_play import BASE, Player
+from train.run import run_training
+from train.run_folder import load_run_config
+
+FEW = ["--max_queries", "3", "--samples", "1"]
+
+
+@pytest.fixture(scope="module")
+def two_runs(tiny_model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("xplay")
+    for seed in (0, 1):
+        run_training(tiny_config(tiny_model_dir, root / f"run{seed}", iterations=2, seed=seed))
+    return root / "run0", root / "run1"
+
+
+def texts(answers, agent, role, model="trained"):
+    keys = zip(answers["model"], answers["agent"], answers["role"], strict=True)
+    rows = [i for i, key in enumerate(keys) if key == (model, agent, role)]
+    return [(answers["query"][i], answers["sample"][i], answers["text"][i]) for i in rows]
+
+
+def test_players_are_run_agents_the_base_model_or_folders(two_runs, tiny_model_dir):
+    run = two_runs[0]
+    assert Player.parse(f"{run}:llm_1") == Player(f"{run}:llm_1", run, "llm_1")
+    assert Player.parse(BASE) == Player(BASE)
+    assert Player.parse(tiny_model_dir).model == tiny_model_dir
+    with pytest.raises(SettingError, match="name its agent"):
+        Player.parse(str(run))
+
+
+def test_a_run_s_agent_in_another_seat_answers_as_it_does_in_its_own_run(two_runs, tmp_path):
+    """Run 0's llm_1 seated as llm_0 beside the base model gives, as pioneer, exactly the
+    answers it gives as pioneer in its own run's evaluation: the same weights, sampling
+    settings and random numbers (fixed per query, sample and role, not per seat)."""
+    run = two_runs[0]
+    [result] = ev.main(["--seats", f"{{llm_0: '{run}:llm_1', llm_1: base}}", "--out",
+                        str(tmp_path / "x"), *FEW])  # fmt: skip
+    assert result["seats"] == {"llm_0": f"{run}:llm_1", "llm_1": BASE}
+    own = ev.evaluate(load_run_config(run), run, samples=1, max_queries=3, reference=True)
+    seated = result["answers"]
+    assert texts(seated, "llm_0", "pioneer") == texts(own["answers"], "llm_1", "pioneer")
+    # The base model seated as llm_1 answers as pioneer as the run's base does in seat llm_1.
+    assert texts(seated, "llm_1", "pioneer") == texts(own["answers"], "llm_1", "pioneer",
+                                                      "reference")  # fmt: skip
+    saved = json.loads((tmp_path / "x" / "eval.json").read_text())
+    assert saved["seats"] == result["seats"]
+
+
+def test_cross_play_writes_a_matrix_of_every_pairing(two_runs, tmp_path):
+    out = tmp_path / "matrix"
+    [result] = ev.main(["--cross_play", str(two_runs[0]), "--out", str(out), *FEW])
+    players = [f"{two_runs[0]}:llm_0", f"{two_runs[0]}:llm_1", BASE]
+    cells = {(c["pioneer"], c["observer"]): c for c in result["cross_play"]}
+    assert set(cells) == {(p, o) for p in players for o in players}
+    for cell in cells.values():
+        assert cell["games"] == 3
+        low, high = cell["pair_ci95"]
+        assert low <= cell["pair_reward"] <= high
+    with (out / "cross_play.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 9 and (out / "cross_play.png").stat().st_size > 0
+
+
+def test_bad_seats_are_refused_in_one_line(two_runs, tmp_path, capsys):
+    cases = {
+        "{llm_0: base, llm_2: base}": "must name the seats",
+        f"{{llm_0: '{two_runs[0]}:llm_5', llm_1: base}}": "the run's agents are",
+    }
+    for seats, message in cases.items():
+        with pytest.raises(SystemExit):
+            ev.main(["--seats", seats, "--out", str(tmp_path / "y"), *FEW])
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        ev.main(["--seats", "{llm_0: base}", *FEW])
+    assert "--out" in capsys.readouterr().err
