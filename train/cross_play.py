@@ -2,7 +2,7 @@
 folder) play the game together on the fixed held-out set.
 
 python train/evaluate.py --seats "{llm_0: runs/a:llm_1, llm_1: runs/b:llm_0}"
-python train/evaluate.py --cross_play runs/cory-0 runs/cory-1 runs/ppo-0 --out xplay/
+python train/evaluate.py --cross_play runs/cory-0 runs/cory-1:llm_0 runs/ppo-0 --out xplay/
 
 A player is ``RUN:AGENT`` (that agent of that run, from its checkpoint, with its own
 learner and sampling settings), ``base`` (the untrained base model of the first run) or a
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import gc
 import itertools
 from pathlib import Path
 from typing import Any
@@ -53,14 +54,18 @@ class Player:
         return cls(text, model=text)
 
 
-def run_players(runs: list[Path]) -> list[Player]:
-    """Every agent of the given runs, then the base model."""
+def run_players(items: list[str | Path]) -> list[Player]:
+    """The players of ``--cross_play``: every agent of each run folder, each ``RUN:AGENT``
+    or model named, then the base model (once)."""
     from train.run_folder import load_run_config
 
     players = []
-    for run in runs:
-        config = load_run_config(run)
-        players += [Player(f"{run}:{agent}", Path(run), agent) for agent in config.agents]
+    for item in items:
+        if (Path(item) / "config.yaml").is_file():
+            agents = load_run_config(Path(item)).agents
+            players += [Player(f"{item}:{agent}", Path(item), agent) for agent in agents]
+        elif str(item) != BASE:
+            players.append(Player.parse(str(item)))
     return [*players, Player(BASE)]
 
 
@@ -181,6 +186,7 @@ def cross_play(
             numbers = pair_numbers(answers, pioneer, observer)
             cells.append({"pioneer": seats[pioneer].label, "observer": seats[observer].label,
                           **numbers})  # fmt: skip
+        gc.collect()  # the pair's models sit in reference cycles (accelerate, grad hooks)
     order = {p.label: i for i, p in enumerate(players)}
     unique = {(c["pioneer"], c["observer"]): c for c in cells}  # a player with itself: once
     return sorted(unique.values(), key=lambda c: (order[c["pioneer"]], order[c["observer"]]))

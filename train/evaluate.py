@@ -377,9 +377,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "is RUN:AGENT, base, or a model folder); writes to --out",
     )  # fmt: skip
     parser.add_argument(
-        "--cross_play", nargs="+", type=Path, metavar="RUN",
-        help="every agent of these runs and the base model as pioneer against every one as "
-        "observer; writes cross_play.csv and .png to --out",
+        "--cross_play", nargs="+", metavar="PLAYER",
+        help="every agent of these runs (or each RUN:AGENT, model folder) and the base model as "
+        "pioneer against every one as observer; writes cross_play.csv and .png to --out",
     )  # fmt: skip
     args = parser.parse_args(argv)
     runs = [*args.runs, *args.run]
