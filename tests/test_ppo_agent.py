@@ -474,10 +474,20 @@ def test_critic_free_learners_step_inside_the_backward_too(tiny_tokenizer, name)
         [policy], reference = build_policies(make_tiny_lm(len(tiny_tokenizer)), 1)
         agent = cls(policy, reference, cfg, tiny_tokenizer.pad_token_id, seed=0, **extra)
         assert agent.steps_in_backward() == (clip is None)
+        params = agent.model.trainable_parameters()
+        held: list[int] = []
+
+        def count_held(_, params=params, held=held):  # after the agent's hook, registered first
+            held.append(sum(q.grad is not None for q in params))
+
+        for p in params:
+            p.register_post_accumulate_grad_hook(count_held)
         game.reset(seed=0)
         play_batch(game, {"llm_0": agent})
         agent.learn()
-        params_after.append([p.detach().clone() for p in agent.model.trainable_parameters()])
+        # Stepping in the backward frees each gradient at once; the plain step holds them all.
+        assert held and max(held) == (0 if clip is None else len(params))
+        params_after.append([p.detach().clone() for p in params])
     for a, b in zip(*params_after, strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
 

@@ -182,6 +182,15 @@ def _queue_writes(
     return [*writes, swap]
 
 
+def load_learners(run_path: Path, learners: dict[str, Learner]) -> Path:
+    """Each learner's weights and state from the run's complete checkpoint (by its agent
+    name), for evaluation, export and play; returns the checkpoint folder."""
+    folder = find_checkpoint(run_path)
+    for agent, learner in learners.items():
+        learner.load(folder / agent)
+    return folder
+
+
 def find_checkpoint(run_path: Path) -> Path:
     """The complete checkpoint folder of a run, or a clear error."""
     run_path = Path(run_path)

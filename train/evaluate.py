@@ -258,7 +258,7 @@ def evaluate(
     ``samples``, ``batch_size``, ``seed`` and ``max_queries`` default to the config's
     ``eval_*`` settings, so a run's final evaluation plays the set its evaluations along
     training played."""
-    from train.checkpoint import find_checkpoint
+    from train.checkpoint import find_checkpoint, load_learners
     from train.run import build_game_and_learners
 
     if run_dir is None and not reference:
@@ -281,9 +281,7 @@ def evaluate(
     tables, shown, moe, common = [], {}, {}, True
     for model in todo:
         if model == report.TRAINED:
-            folder = find_checkpoint(run_dir)
-            for agent, learner in learners.items():
-                learner.load(folder / agent)
+            load_learners(run_dir, learners)
         answers, shown[model], scores, same = evaluator.play(learners, model, show)
         tables.append(answers)
         common = common and same

@@ -44,7 +44,7 @@ def export_run(
     run_dir: Path, out_dir: Path, merge: bool = False, overwrite: bool = False
 ) -> dict[str, Path]:
     """Load the run's checkpoint and export every agent that has an LLM policy."""
-    from train.checkpoint import find_checkpoint, load_json_state
+    from train.checkpoint import find_checkpoint, load_json_state, load_learners
     from train.model_card import model_card
     from train.run import build_game_and_learners
     from train.run_folder import base_evaluation, final_evaluation, load_run_config
@@ -52,14 +52,13 @@ def export_run(
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     check_out_dir(out_dir, overwrite)
     config = load_run_config(run_dir, {"device": "cpu"})
-    folder = find_checkpoint(run_dir)
-    iteration = load_json_state(folder)["iteration"]
+    iteration = load_json_state(find_checkpoint(run_dir))["iteration"]
     game, learners = build_game_and_learners(config)
+    load_learners(run_dir, learners)
     seats = config.seat_learners()
     evaluation, base = final_evaluation(run_dir), base_evaluation(run_dir)
     exported = {}
     for i, (agent, learner) in enumerate(learners.items()):
-        learner.load(folder / agent)
         if not isinstance(learner, Exportable):
             print(f"{agent}: its learner has no LLM policy to export; skipped")
             continue

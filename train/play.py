@@ -27,17 +27,16 @@ def load_players(
 ) -> tuple[Any, list[Any], dict[str, Any]]:
     """The config, the seats' tokenizers and the learners of a run (from its checkpoint),
     or of the given models."""
-    from train.checkpoint import find_checkpoint
+    from train.checkpoint import find_checkpoint, load_learners
     from train.config import build_config
     from train.run import build_game_and_learners
     from train.run_folder import load_run_config
 
     if run_dir is not None:
         config = load_run_config(run_dir, {"device": "cpu", **({"task": task} if task else {})})
-        folder = find_checkpoint(run_dir)
+        find_checkpoint(run_dir)  # a run without a checkpoint fails before models load
         game, learners = build_game_and_learners(config)
-        for agent, learner in learners.items():
-            learner.load(folder / agent)
+        load_learners(run_dir, learners)
         return config, game.tokenizers, learners
     algorithm = "ppo" if len(models) == 1 else "cory"
     overrides = {

@@ -20,12 +20,13 @@ def human_bytes(n: float) -> str:
     return f"{n:.1f} TB"  # pragma: no cover
 
 
-def summary_values(run_path: Path) -> dict[str, float]:
+def summary_values(run_path: Path, rows: list[dict] | None = None) -> dict[str, float]:
     """The summary's numbers (for trackers): each agent's last score and KL, seconds per
-    iteration after the first, peak memory, and the last held-out reward and KL."""
+    iteration after the first, peak memory, and the last held-out reward and KL.
+    ``rows``: the run's metrics rows, when the caller has read them already."""
     from train.run_folder import read_evaluations, read_metrics
 
-    rows = read_metrics(run_path)
+    rows = read_metrics(run_path) if rows is None else rows
     if not rows:
         return {}
     last = rows[-1]
@@ -60,11 +61,10 @@ def run_summary(run_path: Path) -> str:
         k0, k1 = first.get(f"{agent}/kl"), last.get(f"{agent}/kl")
         kl = "n/a (no reference)" if k0 is None or k1 is None else f"{k0:>10.3f} -> {k1:<9.3f}"
         lines.append(f"  {agent:<8} {s0:>+10.3f} -> {s1:<+9.3f} {kl}")
-    times = [r["time/iteration_s"] for r in rows[1:]] or [rows[0]["time/iteration_s"]]
-    peak = max(r.get("memory/peak_mb", 0.0) for r in rows)
+    numbers = summary_values(run_path, rows)
     lines.append(
-        f"  {sum(times) / len(times):.1f} s/iteration (after the first), "
-        f"peak memory {peak / 1024:.1f} GB"
+        f"  {numbers['seconds_per_iteration']:.1f} s/iteration (after the first), "
+        f"peak memory {numbers['peak_memory_gb']:.1f} GB"
     )
     evaluations = read_evaluations(run_path)
     if evaluations:
