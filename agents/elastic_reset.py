@@ -130,6 +130,9 @@ class ElasticReset:
     def use_sampling_noise(self, noise: np.ndarray | None) -> None:
         self.agent.use_sampling_noise(noise)
 
+    def attach_engine(self, engine: Any, eos_token_id: int) -> None:
+        self.agent.attach_engine(engine, eos_token_id)
+
     def export(
         self, path: Path, tokenizer: Any, merge: bool = False, info: dict | None = None
     ) -> Path:
@@ -144,6 +147,7 @@ class ElasticReset:
         reset = self.learn_calls % self.reset_freq == 0
         if reset:
             elastic_reset_(self.params, self.ema, self.initial)
+            self.agent.weights_version += 1
         stats["elastic_reset/reset"] = float(reset)
         return stats
 

@@ -21,8 +21,15 @@ import torch
 
 from agents import ppo_math as pm
 from agents import state_io
+from agents.engine import RolloutEngine, SamplingSettings, hf_weights
 from agents.policy import PolicyWithValue, Reference
-from agents.rollout import Rollout, Turn, by_prompt_length, response_logits, without_shared_padding
+from agents.rollout import (
+    Rollout,
+    Turn,
+    by_prompt_length,
+    response_logits,
+    without_shared_padding,
+)
 from agents.sampling import SamplingDistribution, seen_before_each
 from agents.speedups import StepInBackward, make_adam
 from cory_env import checks
@@ -169,6 +176,13 @@ class LLMLearner:
         self.sampling_noise: np.ndarray | None = None
         """Common random numbers (:meth:`use_sampling_noise`); None = the own generator."""
         self.probe = Probe()
+        self.engine: RolloutEngine | None = None
+        """Where whole turns come from (``agents/engine.py``); None = acting token by token."""
+        self.eos_token_id: int | None = None
+        self.weights_version = 0
+        """Counts changes of the weights (updates, loads, resets); an engine reloads them
+        when it differs from the version it holds."""
+        self.engine_gaps: list[torch.Tensor] = []
 
     @property
     def model(self) -> PolicyWithValue:
@@ -224,7 +238,19 @@ class LLMLearner:
         generated = np.asarray(obs["num_generated"])
         if (generated == 0).all():
             self.turn = turn = Turn.start(obs, self.device)
+            if self.engine is not None and self.sampling_noise is None:
+                self._plan_turn(obs)
+            if turn.planned:
+                return turn.tokens[0].numpy()
             inputs, positions = turn.prompt_ids.to(self.device), turn.positions
+        elif self.turn is not None and self.turn.planned:
+            step = int(generated.max())
+            if step >= len(self.turn.tokens):
+                raise RuntimeError(
+                    f"the game asked for token {step + 1} of a turn the engine ended after "
+                    f"{len(self.turn.tokens)}"
+                )
+            return self.turn.tokens[step].numpy()
         else:
             turn = self.turn
             if turn is None or len(turn.tokens) != int(generated.max()):
@@ -264,6 +290,88 @@ class LLMLearner:
         else:
             turn.entropies.append(pm.entropy_from_logits(logits).cpu())
         return action.cpu().numpy()
+
+    # ------------------------------------------------------------------ a rollout engine
+    def attach_engine(self, engine: RolloutEngine | None, eos_token_id: int) -> None:
+        """Take whole turns from ``engine`` (None: act token by token again); the game
+        ends a row at ``eos_token_id``, the engine too."""
+        self.engine, self.eos_token_id = engine, int(eos_token_id)
+
+    def engine_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """This seat's language model as a checkpoint's weights (its adapter merged)."""
+        return list(hf_weights(self.model.lm, self.model.adapter))
+
+    @torch.no_grad()
+    def _plan_turn(self, obs: dict[str, np.ndarray]) -> None:
+        """The whole turn from the engine, then the learner's own log-probs and values
+        of it, as acting token by token would have recorded them."""
+        turn, cfg = self.turn, self.config
+        if "budget" not in obs:
+            raise ValueError("a rollout engine needs each game's token budget: obs['budget']")
+        budgets = [int(b) for b in np.asarray(obs["budget"])]
+        B = len(budgets)
+        pairs = zip(turn.prompt_ids, turn.prompt_mask, strict=True)
+        prompts = [ids[m.bool()].tolist() for ids, m in pairs]
+        seeds = torch.randint(2**31 - 1, (B,), generator=self.generator, device=self.device)
+        self.engine.hold(self, self.weights_version, self.engine_weights)
+        sampling = SamplingSettings(cfg.temperature, cfg.top_k, cfg.top_p, cfg.repetition_penalty)
+        answer = self.engine.generate(prompts, budgets, sampling, seeds.tolist(), self.eos_token_id)
+        for b, ids in enumerate(answer.tokens):
+            if len(ids) < budgets[b] and (not ids or ids[-1] != self.eos_token_id):
+                raise RuntimeError(
+                    f"the engine ended game {b}'s answer after {len(ids)} of {budgets[b]} "
+                    "tokens without EOS (is the engine's max_model_len too short?)"
+                )
+        T = max(1, max(len(ids) for ids in answer.tokens))
+        tokens = torch.full((B, T), self.eos_token_id, dtype=torch.long)  # after EOS: ignored
+        engine_lp, seen = torch.full((B, T), float("nan")), torch.zeros(B, T, dtype=torch.bool)
+        for b, (ids, lps) in enumerate(zip(answer.tokens, answer.logprobs, strict=True)):
+            tokens[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            engine_lp[b, : len(lps)] = torch.tensor(lps)
+            seen[b, : len(lps)] = True
+        ids = torch.cat([turn.prompt_ids, tokens], dim=1)
+        mask = torch.cat([turn.prompt_mask, torch.ones_like(tokens)], dim=1)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        columns: dict[str, list[torch.Tensor]] = {
+            "logprobs": [], "sample_logprobs": [], "values": [], "full_logprobs": [],
+            "entropies": [],
+        }  # fmt: skip
+        order = torch.arange(B)
+        for rows in order.split(cfg.forward_batch_size):
+            inputs = [x[rows].to(self.device) for x in (ids, mask, positions)]
+            with self.accelerator.autocast():
+                logits, values, _ = self.model(*inputs, keep=T + 1)
+            logits = response_logits(logits, T)
+            logprobs = torch.log_softmax(logits, dim=-1)
+            chosen = tokens[rows].to(self.device)
+            mb = {"prompt_ids": inputs[0][:, : -T], "prompt_mask": inputs[1][:, : -T],
+                  "tokens": chosen}  # fmt: skip
+            sampled = self.sampled_logprobs(logits, mb) if not self.sampling.is_model else None
+            own = logprobs.gather(-1, chosen[..., None]).squeeze(-1)
+            columns["logprobs"].append(own.cpu())
+            columns["sample_logprobs"].append((own if sampled is None else sampled).cpu())
+            columns["values"].append(values[:, :-1].float().cpu())
+            if cfg.kl_estimator == "full":
+                columns["full_logprobs"].append(logprobs.cpu())
+            else:
+                columns["entropies"].append(pm.entropy_from_logits(logits).cpu())
+        whole = {k: torch.cat(v) for k, v in columns.items() if v}
+        for t in range(T):
+            turn.tokens.append(tokens[:, t])
+            for name, column in whole.items():
+                getattr(turn, name).append(column[:, t])
+        gap = engine_lp - whole["sample_logprobs"]
+        self.engine_gaps.append(gap[seen])
+        turn.planned = True
+
+    def engine_stats(self) -> dict[str, float]:
+        """How far the engine's log-probs of its tokens were from the learner's since the
+        last call: ``kl`` (their mean difference, a k1 estimate of KL(engine || learner)
+        per token) and the largest absolute gap; empty without an engine."""
+        if not self.engine_gaps:
+            return {}
+        gaps, self.engine_gaps = torch.cat(self.engine_gaps), []
+        return {"engine/kl": float(gaps.mean()), "engine/max_abs_gap": float(gaps.abs().max())}
 
     def _close_turn(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> Rollout:
         """The turn as a rollout: the tokens the game accepted and the rewards it paid."""
@@ -385,6 +493,7 @@ class LLMLearner:
             "objective/kl": float(seq_kl.mean()),
             "objective/kl_coef": kl_coef,
             f"{self.name}/scores_scaled_mean": float(scores.mean()),
+            **self.engine_stats(),
         }
 
     def mean_over_processes(self, values: torch.Tensor) -> float:
@@ -493,6 +602,7 @@ class LLMLearner:
             )
         policy = state_io.load_tensors(path / "policy.safetensors")
         tensors = state_io.load_tensors(path / "state.safetensors")
+        self.weights_version += 1
         try:
             self.model.load_policy_state_dict(policy)
         except RuntimeError as err:

@@ -27,6 +27,7 @@ class Turn:
     full_logprobs: list[torch.Tensor] = field(default_factory=list)
     entropies: list[torch.Tensor] = field(default_factory=list)
     seen: tuple[torch.Tensor, torch.Tensor] | None = None  # ids in the context and which are real
+    planned: bool = False  # the whole turn came from a rollout engine at its first step
 
     @classmethod
     def start(cls, obs: dict[str, np.ndarray], device: torch.device) -> Turn:

@@ -104,4 +104,5 @@ def minibatch_update(
                     with learner.probe.phase("optimiser", learner):
                         learner.optimizer.step()
     learner.optimizer.zero_grad(set_to_none=True)  # free the gradients until the next update
+    learner.weights_version += 1  # a rollout engine reloads them before its next turn
     return {k: float(np.mean(v)) for k, v in stats.items()}

