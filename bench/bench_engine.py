@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent / "bench_train.py"
+
 ROLLOUT = re.compile(r"rollout: (\d+) tokens sampled; ([\d.]+) tok/s in act, ([\d.]+) tok/s over")
 SUMMARY = re.compile(r"SUMMARY \S+: ([\d.]+) s/iteration \(rollout ([\d.]+), learn ([\d.]+)")
 
@@ -40,10 +41,19 @@ def parse(output: str) -> dict[str, float]:
     }
 
 
+def context_length(task: str, tokens: int) -> int:
+    """The task's context length, raised where a long answer leaves its prompt no room."""
+    from cory_env.tasks import make_task
+
+    default = make_task(task).context_length
+    return default if default > tokens + 32 else tokens + 96
+
+
 def run(args: argparse.Namespace, task: str, tokens: int, engine: str) -> dict[str, float]:
     command = [
         sys.executable, str(BENCH), "--algorithm", "ppo", "--task", task,
         "--new_tokens", str(tokens), "--batch_size", str(args.batch_size),
+        "--context_length", str(context_length(task, tokens)),
         "--epochs", str(args.epochs), "--iterations", str(args.iterations),
         "--device", args.device, "--rollout_engine", engine,
     ]  # fmt: skip

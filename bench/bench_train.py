@@ -17,10 +17,12 @@ changed, and nothing is patched: the loop's phases are timed through its callbac
   the update (``agents/update.py``), the backward pass and the optimiser step; "learn
   other" is the rest (log-softmax, losses, GAE, statistics);
 - logging: ``RunDirectory.log_metrics`` + ``log_samples`` (JSONL and TensorBoard);
-- checkpoint: ``CheckpointWriter.save`` (every iteration here, so that it is measured)
-  and the time the loop spends in ``CheckpointWriter.wait`` before learning: the files
-  are written by a background thread during the next rollout, so this is what the write
-  costs the loop beyond that overlap (the rollout pays for sharing the cores with it);
+- checkpoint: ``CheckpointWriter.save`` (as often as training's default, every 10
+  iterations, so that the bench measures what users run; ``--checkpoint_every 1`` measures
+  it every iteration) and the time the loop spends in ``CheckpointWriter.wait`` before
+  learning: the files are written by a background thread during the next rollout, so
+  this is what the write costs the loop beyond that overlap (the rollout pays for sharing
+  the cores with it);
 - loop other: the iteration's wall time minus all of the above.
 
 Per phase it prints seconds per iteration (the mean of the iterations after the first,
@@ -576,6 +578,7 @@ def make_config(args: argparse.Namespace, algorithm: str, run_dir: Path) -> Trai
         "rollout_engine": args.rollout_engine,
         "batch_size": args.batch_size,
         "max_new_tokens": args.new_tokens,
+        "context_length": args.context_length,
         "iterations": args.iterations,
         "seed": args.seed,
         "device": args.device,
@@ -583,8 +586,8 @@ def make_config(args: argparse.Namespace, algorithm: str, run_dir: Path) -> Trai
         "lora": args.lora,
         "activation_checkpointing": args.activation_checkpointing,
         "run_dir": str(run_dir),
-        "sample_every": 1,
-        "checkpoint_every": 1,
+        "sample_every": args.sample_every,
+        "checkpoint_every": args.checkpoint_every,
         "learner": ppo,
     }
     return build_config(overrides=overrides, algorithm=algorithm)
@@ -735,11 +738,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )  # fmt: skip
     parser.add_argument("--batch_size", type=int, default=32, help="the paper's GPT2-Large: 128")
     parser.add_argument("--new_tokens", type=int, default=15)
+    parser.add_argument(
+        "--context_length", type=int, default=None,
+        help="default the task's; it must exceed --new_tokens",
+    )  # fmt: skip
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--mini_batch_size", type=int, default=None, help="default: batch_size")
     parser.add_argument("--gradient_accumulation_steps", type=int, default=1)
     parser.add_argument("--forward_batch_size", type=int, default=None)
     parser.add_argument("--iterations", type=int, default=2, help="the first is a warm-up")
+    defaults = TrainConfig()
+    parser.add_argument(
+        "--checkpoint_every", type=int, default=defaults.checkpoint_every,
+        help="as training (1: measure a checkpoint write every iteration)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sample_every", type=int, default=defaults.sample_every, help="as training"
+    )
     parser.add_argument("--lora", action="store_true")
     parser.add_argument(
         "--activation_checkpointing", action="store_true", help="recompute layers in backward"
