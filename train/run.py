@@ -133,16 +133,19 @@ def attach_engines(
     except ImportError as err:
         raise SettingError(str(err)) from None
     engines: dict[str, VLLMEngine] = {}
+    seats = {agent: resolve(seat_models[agent]) for agent in learners}
     for agent, learner in learners.items():
         if not hasattr(learner, "attach_engine"):
             continue  # not an LLM learner: it acts as it does
-        model = resolve(seat_models[agent])
+        model = seats[agent]
         if model not in engines:
             engines[model] = VLLMEngine(
                 model,
                 max_model_len=game.context_length + game.budget_high,
                 dtype="bfloat16" if config.mixed_precision == "bf16" else "float32",
                 seed=config.seed,
+                lora_rank=config.lora_r if config.lora else None,
+                seats=list(seats.values()).count(model),
             )
         learner.attach_engine(engines[model], tokenizers[agent].eos_token_id)
 
