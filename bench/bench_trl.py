@@ -60,7 +60,8 @@ What cannot be matched exactly, and why:
 - GRPO's KL term: TRL 1.16 multiplies k3 by the importance ratio by default
   (``use_bias_correction_kl=True``), which ours does not; the bench sets it False on TRL
   (no effect at beta 0, the default).
-- TRL defaults the bench overrides to match ours: ``bf16`` (True by default, on CPU too),
+- TRL defaults the bench overrides to match ours: ``bf16`` (True by default, on CPU too;
+  ``--bf16`` turns it on for both sides, ours as ``--mixed_precision bf16``),
   ``gradient_checkpointing`` (True by default; in transformers 5 the alias of
   ``activation_checkpointing``; ``--activation_checkpointing`` turns it on for both),
   ``lr_scheduler_type`` (linear decay to 0 by default; ours is constant),
@@ -217,7 +218,7 @@ def our_overrides(args: argparse.Namespace, learner: str, run_dir: str | None = 
         "iterations": args.steps,
         "seed": args.seed,
         "device": args.device,
-        "mixed_precision": "no",
+        "mixed_precision": "bf16" if args.bf16 else "no",
         "activation_checkpointing": args.activation_checkpointing,
         "allocator": args.allocator,
         "run_dir": run_dir,
@@ -241,7 +242,7 @@ def trl_kwargs(args: argparse.Namespace, learner: str, output_dir: str) -> dict[
     kwargs: dict[str, Any] = {
         "output_dir": output_dir,
         "use_cpu": args.device == "cpu",
-        "bf16": False,
+        "bf16": args.bf16,
         "fp16": False,
         "activation_checkpointing": args.activation_checkpointing,
         "report_to": "none",
@@ -629,7 +630,8 @@ def title(args: argparse.Namespace, results: dict[str, dict[str, Any]]) -> str:
         f"{plan.answers} completions per step, {args.new_tokens} new tokens, {plan.epochs} "
         f"pass(es), mini-batch {plan.mini_batch_size} (micro {plan.micro_batch_size}), lr "
         f"{args.learning_rate:g}, max_grad_norm {args.max_grad_norm:g}, {betas}, "
-        f"{args.device}, {first['ours']['threads']} threads, {first['ours']['allocator']} "
+        f"{'bf16 autocast' if args.bf16 else 'fp32'}, {args.device}, "
+        f"{first['ours']['threads']} threads, {first['ours']['allocator']} "
         f"allocator, TRL {versions.get('trl', '?')}, transformers "
         f"{versions.get('transformers', '?')}, {platform.machine()}"
     )
@@ -650,6 +652,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--gradient_accumulation_steps", type=int, default=1)
     parser.add_argument("--max_grad_norm", type=float, default=1.0, help="0 = no clipping")
     parser.add_argument("--activation_checkpointing", action="store_true", help="both sides")
+    parser.add_argument(
+        "--bf16", action="store_true",
+        help="bf16 autocast on both sides (TRL's default; ours --mixed_precision bf16)",
+    )  # fmt: skip
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
