@@ -274,3 +274,21 @@ def test_a_lora_seat_reaches_the_engine_as_its_adapter_folder(tiny_tokenizer, ti
     one, two = (dict(hf_weights(a.model.lm, a.model.adapter)) for a in agents.values())
     q = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(one[q], two[q])  # the two seats' adapters differ after training
+
+
+def test_an_engine_with_several_processes_is_refused_before_any_model_loads(
+    tiny_model_dir, tmp_path, monkeypatch, no_model_load
+):
+    from cory_env.checks import SettingError
+    from tests.conftest import tiny_config
+    from train import run
+
+    class TwoProcesses(run.Processes):
+        def __init__(self, accelerator=None):
+            super().__init__(accelerator)
+            self.num = 2
+
+    monkeypatch.setattr(run, "Processes", TwoProcesses)
+    config = tiny_config(tiny_model_dir, tmp_path / "run", rollout_engine="vllm")
+    with pytest.raises(SettingError, match="inside the one training process"):
+        run.run_training(config)

@@ -161,6 +161,11 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
             "lora with several seats shares one base model between the agents, which "
             "data-parallel training (DDP) cannot wrap; run it in one process or without lora"
         )
+    if processes.num > 1 and config.rollout_engine != "none":
+        raise SettingError(
+            f"rollout_engine: {config.rollout_engine!r} runs its engine inside the one "
+            "training process; under accelerate launch use rollout_engine none"
+        )
     if processes.num > 1 and config.run_dir is None and resume_dir is None:
         raise SettingError("several processes need one --run_dir (a time-stamped default "
                            "could differ between them)")  # fmt: skip
