@@ -86,12 +86,12 @@ def run_folders(paths: list[Path]) -> list[Path]:
 
 
 def load_run(path: Path) -> Run:
-    from train.config import TrainConfig, load_config_file, upgraded
-    from train.run_folder import read_evaluations, read_metrics
+    from train.run_folder import load_run_config, read_evaluations, read_metrics
 
-    config = upgraded(load_config_file(path / "config.yaml"))
-    # A setting added after the run was saved had the default's behaviour then.
-    config = {**TrainConfig().to_dict(), **config}
+    # Resolved as a run's config is everywhere: older names read under today's, numbers
+    # in their declared types (a lora_alpha saved as 32.0 is 32), and a setting added
+    # after the run was saved at its default, whose behaviour the run had.
+    config = load_run_config(path).to_dict()
     has_metrics = results.exists(path / "metrics.jsonl")
     return Run(
         path,
@@ -103,25 +103,14 @@ def load_run(path: Path) -> Run:
 
 
 def flatten(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested settings as dotted keys (``learner.init_kl_coef``), values as JSON text
-    (a whole number saved as ``32.0`` reads as ``32``: the same setting)."""
+    """Nested settings as dotted keys (``learner.init_kl_coef``), values as JSON text."""
     flat: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, dict) and key != "task_settings":
             flat.update(flatten(value, f"{prefix}{key}."))
         else:
-            flat[f"{prefix}{key}"] = json.dumps(_canonical(value), sort_keys=True)
+            flat[f"{prefix}{key}"] = json.dumps(value, sort_keys=True)
     return flat
-
-
-def _canonical(value: Any) -> Any:
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, list | tuple):
-        return [_canonical(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _canonical(v) for k, v in value.items()}
-    return value
 
 
 def group_runs(runs: list[Run]) -> list[Group]:
