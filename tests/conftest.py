@@ -132,6 +132,20 @@ def tiny_config(model_dir, run_dir, algorithm="cory", **overrides):
     return build_config("smoke", overrides=values, algorithm=algorithm)
 
 
+def load_script(path):
+    """Import a script outside any package (bench/, examples/) as a module, once."""
+    import importlib.util
+
+    name = Path(path).stem
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
 def read_jsonl(path):
     import json
 

@@ -3,26 +3,20 @@ the instrumentation leaves training's results unchanged."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 import train.loop as loop
-from tests.conftest import read_jsonl
+from tests.conftest import load_script, read_jsonl
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_train.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_train", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH)
 
 
 def toy_argv(model_dir, run_dir, algorithm, *extra):

@@ -3,23 +3,19 @@ in what they did is reported. No model is loaded and nothing is trained."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from tests.conftest import load_script
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_trl.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_trl", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(BENCH)
 
 
 SPLITS = [

@@ -3,9 +3,7 @@ Stable-Baselines3 in the observer seat and TorchRL training both seats (examples
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 import warnings
 from pathlib import Path
 
@@ -19,19 +17,14 @@ from cory_env import SMALL_VOCAB_ARITH, ArithScriptedPlayer, small_vocab_tokeniz
 from cory_env.small_vocab import CHARSETS, evaluate_expression
 from cory_env.tasks import make_task
 from cory_env.tasks.arith import generate_arith_problems
+from tests.conftest import load_script
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 def load_example(name: str):
     """Import ``examples/<name>.py`` as a module (examples/ is not a package)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, EXAMPLES / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(EXAMPLES / f"{name}.py")
 
 
 @pytest.fixture(scope="module")

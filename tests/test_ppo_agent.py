@@ -422,6 +422,19 @@ def test_activation_checkpointing_refuses_a_model_without_checkpointable_layers(
         recompute_activations(torch.nn.Sequential(torch.nn.Linear(2, 2)))
 
 
+def gradients_held_at_each_step(params: list[torch.nn.Parameter]) -> list[int]:
+    """A list that gets, each time one of ``params`` completes its gradient (after the
+    agent's own hook, registered first), how many of them hold a gradient then."""
+    held: list[int] = []
+
+    def count_held(_):
+        held.append(sum(q.grad is not None for q in params))
+
+    for p in params:
+        p.register_post_accumulate_grad_hook(count_held)
+    return held
+
+
 def test_a_one_chunk_mini_batch_steps_each_parameter_inside_the_backward(tiny_tokenizer):
     """With nothing to accumulate, Adam steps each parameter as its gradient completes and
     frees it: the same update as the plain step, without ever holding every gradient."""
@@ -434,13 +447,7 @@ def test_a_one_chunk_mini_batch_steps_each_parameter_inside_the_backward(tiny_to
         agent = make_agents(tiny_tokenizer, make_tiny_lm(len(tiny_tokenizer)), 1, cfg)["llm_0"]
         assert agent.steps_in_backward() == (clip is None)
         params = agent.model.trainable_parameters()
-        held: list[int] = []
-
-        def count_held(_, params=params, held=held):  # after the agent's hook, registered first
-            held.append(sum(q.grad is not None for q in params))
-
-        for p in params:
-            p.register_post_accumulate_grad_hook(count_held)
+        held = gradients_held_at_each_step(params)
         game.reset(seed=0)
         play_batch(game, {"llm_0": agent})
         stats = agent.learn()
@@ -475,13 +482,7 @@ def test_critic_free_learners_step_inside_the_backward_too(tiny_tokenizer, name)
         agent = cls(policy, reference, cfg, tiny_tokenizer.pad_token_id, seed=0, **extra)
         assert agent.steps_in_backward() == (clip is None)
         params = agent.model.trainable_parameters()
-        held: list[int] = []
-
-        def count_held(_, params=params, held=held):  # after the agent's hook, registered first
-            held.append(sum(q.grad is not None for q in params))
-
-        for p in params:
-            p.register_post_accumulate_grad_hook(count_held)
+        held = gradients_held_at_each_step(params)
         game.reset(seed=0)
         play_batch(game, {"llm_0": agent})
         agent.learn()
