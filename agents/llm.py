@@ -11,7 +11,7 @@ checked against hand-computed values, in ``agents/ppo_math.py`` and ``agents/pg_
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -297,9 +297,9 @@ class LLMLearner:
         ends a row at ``eos_token_id``, the engine too."""
         self.engine, self.eos_token_id = engine, int(eos_token_id)
 
-    def engine_weights(self) -> list[tuple[str, torch.Tensor]]:
+    def engine_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
         """This seat's language model as a checkpoint's weights (its adapter merged)."""
-        return list(hf_weights(self.model.lm, self.model.adapter))
+        return hf_weights(self.model.lm, self.model.adapter)
 
     def save_adapter(self, folder: Path) -> None:
         """This seat's LoRA adapter as peft writes one (for an engine's LoRA request)."""
@@ -355,8 +355,7 @@ class LLMLearner:
             "logprobs": [], "sample_logprobs": [], "values": [], "full_logprobs": [],
             "entropies": [],
         }  # fmt: skip
-        order = torch.arange(B)
-        for rows in order.split(cfg.forward_batch_size):
+        for rows in torch.arange(B).split(cfg.forward_batch_size):
             inputs = [x[rows].to(self.device) for x in (ids, mask, positions)]
             with self.accelerator.autocast():
                 logits, values, _ = self.model(*inputs, keep=T + 1)
