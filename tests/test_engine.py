@@ -292,3 +292,23 @@ def test_an_engine_with_several_processes_is_refused_before_any_model_loads(
     config = tiny_config(tiny_model_dir, tmp_path / "run", rollout_engine="vllm")
     with pytest.raises(SettingError, match="inside the one training process"):
         run.run_training(config)
+
+
+def test_loading_a_checkpoint_reaches_the_engine(tiny_tokenizer, tiny_lm, tmp_path):
+    """Resuming loads other weights: the engine must take them before the next turn."""
+    engine = CopyEngine(tiny_lm)
+    cfg = PPOConfig(learning_rate=1e-2, mini_batch_size=6)
+    game, agents = game_and_agent(tiny_tokenizer, tiny_lm, engine, config=cfg)
+    agent = agents["llm_0"]
+    game.reset(seed=0)
+    play_batch(game, agents)
+    agent.learn()
+    agent.save(tmp_path / "trained")
+    fresh_game, fresh = game_and_agent(tiny_tokenizer, copy.deepcopy(tiny_lm), engine)
+    fresh_game.reset(seed=0)
+    play_batch(fresh_game, fresh)  # the engine now holds the untrained weights
+    fresh["llm_0"].load(tmp_path / "trained")
+    fresh_game.reset(seed=1)
+    play_batch(fresh_game, fresh)
+    for k, v in engine.lm.state_dict().items():
+        assert torch.equal(v, agent.model.lm.state_dict()[k]), k
