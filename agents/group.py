@@ -175,6 +175,8 @@ class GRPOAgent(GroupAgent):
             pg_loss, pg_stats = pm.policy_loss(
                 logprobs, mb["old_logprobs"], adv, mb["mask"], cfg.clip_range
             )
+            if not self.needs_reference_pass:  # beta fixed at 0: no reference, no k3 term
+                return pg_loss, {"loss": pg_loss, "loss_policy": pg_loss, **pg_stats}
             k3 = pm.masked_mean(pm.kl_sampled(own, mb["ref_logprobs"], "k3"), mb["mask"])
             loss = pg_loss + beta * k3
             return loss, {"loss": loss, "loss_policy": pg_loss, "loss_kl": k3, **pg_stats}

@@ -445,9 +445,23 @@ class LLMLearner:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One batched forward of the reference over the rollout: the KL(pi || pi_ref) per
         response token (by ``estimator``, default the configured one), and the reference
-        log-prob of each sampled token (GRPO's k3 term). Both (B, T), zero on padding."""
+        log-prob of each sampled token (GRPO's k3 term). Both (B, T), zero on padding; both
+        zero everywhere, with no forward, for an update that does not use them
+        (:attr:`needs_reference_pass`, only when ``estimator`` is not given)."""
+        if estimator is None and not self.needs_reference_pass:
+            skipped = torch.zeros(rollout.tokens.shape)
+            return skipped, skipped
         with self.probe.phase("reference", self):
             return self._reference_pass(rollout, estimator or self.config.kl_estimator)
+
+    @property
+    def needs_reference_pass(self) -> bool:
+        """Whether the update uses the reference: not under a KL coefficient fixed at 0
+        (``adaptive_kl false``, ``init_kl_coef 0``; TRL's GRPO default), where the pass would
+        be computed only to be multiplied by 0. As TRL does, the update then skips it: the
+        batch's KL is not measured (the learner reports none, zeros stand in for the pass's
+        tensors), and the held-out evaluation still measures it."""
+        return self.config.adaptive_kl or self.config.init_kl_coef > 0
 
     def _reference_pass(
         self, rollout: Rollout, estimator: str
@@ -503,12 +517,15 @@ class LLMLearner:
         ``objective/kl``)."""
         seq_kl = kl.sum(dim=1)
         B = len(rollout.rewards)
-        self.kl_ctl.update(self.mean_over_processes(seq_kl), B * self.accelerator.num_processes)
+        measured = {}
+        if self.needs_reference_pass:  # else no KL was measured: none is reported
+            self.kl_ctl.update(self.mean_over_processes(seq_kl), B * self.accelerator.num_processes)
+            measured = {"objective/kl": float(seq_kl.mean())}
         return {
             "env/reward_mean": float(rollout.rewards.mean()),
             "env/reward_std": float(rollout.rewards.std()) if B > 1 else 0.0,
             "env/response_length": float(rollout.mask.float().sum(dim=1).mean()),
-            "objective/kl": float(seq_kl.mean()),
+            **measured,
             "objective/kl_coef": kl_coef,
             f"{self.name}/scores_scaled_mean": float(scores.mean()),
             **self.engine_stats(),

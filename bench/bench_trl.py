@@ -46,8 +46,9 @@ What cannot be matched exactly, and why:
   TRL cannot sample EOS before ``new_tokens`` here. SmolLM2 rarely ends a plain-text IMDB
   continuation early; when ours does, the token counts differ and a MISMATCH line says so.
 - The reference model at beta 0 (GRPO's default): TRL then loads none and skips the
-  reference pass; ours always keeps the frozen reference and runs its pass, because it
-  reports the KL every iteration. Ours does that work and holds those weights regardless.
+  reference pass; ours skips the pass too (a KL coefficient fixed at 0; the batch's KL is
+  then not reported) but still holds the reference's weights, which its held-out
+  evaluation measures the KL against.
 - Old log-probs: ours records them while sampling (no extra pass); TRL's RLOO always
   recomputes them with a no-grad forward of the policy, and TRL's GRPO does whenever a
   generation batch is used for more than one optimiser step (``epochs`` > 1 or a

@@ -7,6 +7,7 @@ advantages and losses; and each trains and resumes through the real run path.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import sys
@@ -359,6 +360,40 @@ def test_grpo_reference_pass_is_ppos_kl_plus_the_token_logprobs(tiny_tokenizer, 
     # before any update the policy is its reference: same log-probs, KL 0
     torch.testing.assert_close(ref_logprobs, ro.logprobs, atol=1e-4, rtol=0)
     assert kl.abs().max() < 1e-5
+
+
+@pytest.mark.parametrize("name", sorted(LEARNERS))
+def test_a_kl_coefficient_fixed_at_zero_skips_the_reference_and_trains_the_same(
+    tiny_tokenizer, tiny_lm, name
+):
+    """At beta fixed at 0 (TRL's GRPO default) the reference pass would only be multiplied
+    by 0: the update skips it and reports no KL, and its weights come out exactly as with
+    the pass."""
+    cls, config = LEARNERS[name]
+    cfg = config(mini_batch_size=4, init_kl_coef=0.0, adaptive_kl=False, learning_rate=1e-3)
+    with_pass = type("WithPass", (cls,), {"needs_reference_pass": True})
+    groups = {} if cls is ReinforceAgent else {"group_size": 2}
+    agents = []
+    for kind in (cls, with_pass):
+        [policy], reference = build_policies(copy.deepcopy(tiny_lm), 1)
+        agents.append(kind(policy, reference, cfg, tiny_tokenizer.pad_token_id, **groups))
+    skipping, passing = agents
+    ro = rollout_of(skipping, tiny_tokenizer, batch=4, budget=3, group_size=2)
+    ro = dataclasses.replace(ro, rewards=torch.tensor([1.0, 0.0, 0.2, 0.9]))
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("the reference ran a forward at beta fixed at 0")
+
+    skipping.reference.logits = no_forward
+    skipping.rollout, passing.rollout = ro, dataclasses.replace(ro)
+    skipped, passed = skipping.learn(), passing.learn()
+    assert "objective/kl" not in skipped and "objective/kl" in passed
+    for a, b in zip(skipping.model.lm.parameters(), passing.model.lm.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert any(  # the update did move the weights
+        not torch.equal(a, b)
+        for a, b in zip(skipping.model.lm.parameters(), tiny_lm.parameters(), strict=True)
+    )
 
 
 def test_group_learners_refuse_a_game_without_groups(tmp_path):
