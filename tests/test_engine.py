@@ -79,6 +79,16 @@ def game_and_agent(tokenizer, lm, engine, batch_size=6, n_agents=1, config=None)
     return game, agents
 
 
+def one_turn_played(tokenizer, lm):
+    """A PPO seat with a fast learning rate on a copying engine, after its first turn."""
+    engine = CopyEngine(lm)
+    config = PPOConfig(learning_rate=1e-2, mini_batch_size=6)
+    game, agents = game_and_agent(tokenizer, lm, engine, config=config)
+    game.reset(seed=0)
+    play_batch(game, agents)
+    return engine, game, agents
+
+
 def test_an_engine_turn_records_what_acting_would(tiny_tokenizer, tiny_lm):
     """The learner's own forward gives each engine token's log-prob and value, as acting
     token by token records them; the engine's own log-probs agree (gap ~ 0)."""
@@ -129,12 +139,8 @@ def test_an_engine_answer_cut_short_without_eos_is_refused(tiny_tokenizer, tiny_
 def test_an_update_reaches_the_engine_before_its_next_turn(tiny_tokenizer, tiny_lm):
     """A stale engine, sampling from the weights before the update, is the commonest silent
     failure: the engine must hold the learner's current weights at every turn."""
-    engine = CopyEngine(tiny_lm)
-    cfg = PPOConfig(learning_rate=1e-2, mini_batch_size=6)
-    game, agents = game_and_agent(tiny_tokenizer, tiny_lm, engine, config=cfg)
+    engine, game, agents = one_turn_played(tiny_tokenizer, tiny_lm)
     agent = agents["llm_0"]
-    game.reset(seed=0)
-    play_batch(game, agents)
     game.reset()
     play_batch(game, agents)
     assert engine.reloads == 1  # unchanged weights are not sent again
@@ -296,12 +302,8 @@ def test_an_engine_with_several_processes_is_refused_before_any_model_loads(
 
 def test_loading_a_checkpoint_reaches_the_engine(tiny_tokenizer, tiny_lm, tmp_path):
     """Resuming loads other weights: the engine must take them before the next turn."""
-    engine = CopyEngine(tiny_lm)
-    cfg = PPOConfig(learning_rate=1e-2, mini_batch_size=6)
-    game, agents = game_and_agent(tiny_tokenizer, tiny_lm, engine, config=cfg)
+    engine, game, agents = one_turn_played(tiny_tokenizer, tiny_lm)
     agent = agents["llm_0"]
-    game.reset(seed=0)
-    play_batch(game, agents)
     agent.learn()
     agent.save(tmp_path / "trained")
     fresh_game, fresh = game_and_agent(tiny_tokenizer, copy.deepcopy(tiny_lm), engine)
