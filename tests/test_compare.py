@@ -208,6 +208,27 @@ def test_matched_kl_reads_each_seed_s_trajectory(tmp_path):
     assert kls == {"2.5", "5.0", "7.5", "10.0"}
 
 
+def test_collapse_indicators_at_matched_kl_carry_a_welch_test(tmp_path):
+    runs = tmp_path / "sweep"
+    for name, algorithm, seed, rewards in [
+        ("p0", "ppo", 0, (0.5, 0.9)),
+        ("p1", "ppo", 1, (0.3, 0.7)),
+        ("c0", "cory", 0, (0.2, 0.4)),
+        ("c1", "cory", 1, (0.3, 0.6)),
+    ]:
+        trajectory = [(0, 0.0, 0.1), (10, 4.0, rewards[0]), (20, 12.0, rewards[1])]
+        fake_run(runs / name, algorithm, seed, 0.1, [0.0], 1.0, trajectory=trajectory)
+    compare.main([str(runs), "--out", str(tmp_path / "out"), "--baseline", "ppo", "--at_kl", "4"])
+    rows = {r["group"]: r for r in csv.DictReader((tmp_path / "out" / "matched_kl.csv").open())}
+    # Entropy is 4 - reward in these runs: ppo 3.5 and 3.7, cory 3.8 and 3.7 at KL 4.
+    expected = stats.ttest_ind([3.8, 3.7], [3.5, 3.7], equal_var=False).pvalue
+    assert float(rows["cory"]["entropy_p"]) == pytest.approx(expected)
+    assert float(rows["cory"]["entropy"]) == pytest.approx(3.75)
+    assert rows["ppo"]["entropy_p"] == ""  # the baseline is not tested against itself
+    assert rows["cory"]["repetitive_p"] == ""  # not logged by these fake runs: no test
+    assert f"3.75 ({float(expected):.3f})" in (tmp_path / "out" / "matched_kl.md").read_text()
+
+
 def test_an_evaluation_of_the_older_format_is_left_out_with_a_note(tmp_path, capsys):
     run = fake_run(tmp_path / "p0", "ppo", 0, 0.1, [0.0], 1.0)
     (run / "eval.json").write_text(json.dumps({"summary": {}}))

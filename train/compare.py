@@ -517,7 +517,8 @@ def matched_kl_rows(
 ) -> list[dict[str, Any]]:
     """Per group and KL: the held-out reward at that KL on each seed's trajectory, over
     seeds (t-interval), and the Welch test against the baseline at the same KL; beside it
-    the collapse indicators at that KL, mean over seeds."""
+    the collapse indicators at that KL, mean over seeds, each with its Welch p against the
+    baseline (``<indicator>_p``), so "more diverse at the same KL" is a tested claim."""
 
     def at(group: Group, kl: float, quantity: str = "reward") -> list[float]:
         values = []
@@ -528,6 +529,17 @@ def matched_kl_rows(
                 if y is not None:
                     values.append(y)
         return values
+
+    def collapse(group: Group, kl: float) -> dict[str, float | None]:
+        means: dict[str, float | None] = {}
+        tests: dict[str, float | None] = {}
+        for q in COLLAPSE:
+            values = at(group, kl, q)
+            test = (metrics.welch_test(values, at(baseline, kl, q))
+                    if group is not baseline else None)  # fmt: skip
+            means[q] = float(np.mean(values)) if values else None
+            tests[f"{q}_p"] = test["p"] if test else None
+        return {**means, **tests}
 
     rows = []
     for kl in kls:
@@ -548,10 +560,16 @@ def matched_kl_rows(
                 "welch_ci_low": welch["ci"][0] if welch else None,
                 "welch_ci_high": welch["ci"][1] if welch else None,
                 "welch_p": welch["p"] if welch else None,
-                **{q: float(np.mean(v)) if (v := at(group, kl, q)) else None
-                   for q in COLLAPSE},
+                **collapse(group, kl),
             })  # fmt: skip
     return rows
+
+
+def _collapse_cell(row: dict[str, Any], quantity: str) -> str:
+    """The indicator's mean over seeds, its Welch p against the baseline in brackets."""
+    cell = _fmt(row[quantity], 2 if quantity == "entropy" else 3)
+    p = row[f"{quantity}_p"]
+    return cell if p is None else f"{cell} ({_fmt(p)})"
 
 
 def write_matched_kl(
@@ -566,7 +584,8 @@ def write_matched_kl(
         f"Held-out reward at matched held-out KL ({point!r}), read off each seed's trajectory "
         "(linear between evaluations; a seed that never reaches the KL is left out): mean ± "
         f"std over seeds, 95% t-interval, and the difference to {baseline.label!r} with its "
-        "Welch interval and p-value; collapse indicators at the same KL, mean over seeds.",
+        "Welch interval and p-value; collapse indicators at the same KL, mean over seeds, "
+        "with the Welch p against the baseline in brackets.",
         "",
         "| KL | group | seeds | reward | 95% CI | difference | 95% CI (Welch) | p (Welch) | "
         f"distinct-2 (pooled {metrics.DISTINCT_POOL}) | repetitive | entropy |",
@@ -580,9 +599,7 @@ def write_matched_kl(
         lines.append(
             f"| {r['kl']:g} | {r['group']} | {r['seeds']}/{r['seeds_total']} | "
             f"{r['reward']:.3f} ± {_fmt(r['std'])} | {ci} | {diff} | {welch} | "
-            f"{_fmt(r['welch_p'])} | "
-            + " | ".join(_fmt(r[q], 2 if q == "entropy" else 3) for q in COLLAPSE)
-            + " |"
+            f"{_fmt(r['welch_p'])} | " + " | ".join(_collapse_cell(r, q) for q in COLLAPSE) + " |"
         )
     write_text(table_md, "\n".join(lines) + "\n")
     print("\n".join(lines))
