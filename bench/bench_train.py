@@ -72,7 +72,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import resource
 import subprocess
 import sys
 import tempfile
@@ -91,6 +90,7 @@ from agents.llm import LLMLearner, Probe
 from agents.rollout import Turn
 from train import allocator
 from train.config import TrainConfig, build_config
+from train.memory import reset_rss_peak, rss_peak_mb
 from train.run import build_game_and_learners
 
 ROWS = (
@@ -110,34 +110,6 @@ ROWS = (
     ("iteration", "iteration", None),
 )
 COMPUTE = ("act", "reference", "forward", "backward")
-
-
-# ----------------------------------------------------------------------------- memory
-def _status_kb(field: str) -> float | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return float(line.split()[1])
-    except OSError:
-        pass
-    return None
-
-
-def _reset_rss_peak() -> bool:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # Linux: VmHWM := current RSS
-        return True
-    except OSError:
-        return False
-
-
-def rss_peak_mb() -> float:
-    """Peak resident memory since the last reset (the process peak where resets fail)."""
-    kb = _status_kb("VmHWM")
-    if kb is None:
-        scale = 1024 if sys.platform != "darwin" else 1024**2
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
-    return kb / 1024
 
 
 # ----------------------------------------------------------------------------- FLOPs
@@ -245,7 +217,7 @@ class Recorder:
         self.iterations: list[dict[str, Any]] = []
         self.stack: list[str] = []
         self.extra: dict[str, Stats] = defaultdict(Stats)  # outside iterations
-        self.rss_resets = _reset_rss_peak()
+        self.rss_resets = reset_rss_peak()
         self.last_forward: dict[str, float] | None = None
         self.counts: ModelCounts | None = None
         self.rises: list[tuple[float, str]] = []  # each new highest RSS, and where
@@ -286,7 +258,7 @@ class Recorder:
             stats.rss_mb = max(stats.rss_mb, rss)
             stats.cuda_mb = max(stats.cuda_mb, cuda)
         if self.rss_resets:
-            _reset_rss_peak()
+            reset_rss_peak()
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import gc
+import weakref
 
 import numpy as np
 import pytest
@@ -461,6 +463,27 @@ def test_a_one_chunk_mini_batch_steps_each_parameter_inside_the_backward(tiny_to
         torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
     for key in ("ppo/loss_policy", "ppo/loss_value", "ppo/entropy"):
         assert stats_a[key] == pytest.approx(stats_b[key], rel=1e-6, abs=1e-8), key
+
+
+def test_an_agent_s_optimiser_goes_with_it_while_a_weight_lives_on(tiny_tokenizer):
+    """A weight held elsewhere (here a view of it) must not keep the agent's optimiser and
+    Adam's moments alive: a sweep trains run after run in one process."""
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer), batch_size=8, n_agents=1, tokenizer=tiny_tokenizer
+    )
+    cfg = PPOConfig(mini_batch_size=4, ppo_epochs=1)
+    agent = make_agents(tiny_tokenizer, make_tiny_lm(len(tiny_tokenizer)), 1, cfg)["llm_0"]
+    assert agent.steps_in_backward()
+    game.reset(seed=0)
+    play_batch(game, {"llm_0": agent})
+    agent.learn()
+    optimizer = weakref.ref(agent.step_in_backward.torch_optimizer)
+    assert optimizer().state  # Adam's moments exist
+    weight_view = agent.model.trainable_parameters()[0].view(-1)
+    del agent, game
+    gc.collect()
+    assert optimizer() is None
+    assert weight_view.numel() > 0
 
 
 @pytest.mark.parametrize("name", ["reinforce", "rloo", "grpo"])

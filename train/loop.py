@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import resource
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -24,6 +22,7 @@ from cory_env import BatchedTextGame
 from train.checkpoint import CheckpointWriter, load_checkpoint
 from train.config import TrainConfig
 from train.distributed import Processes
+from train.memory import reset_rss_peak, rss_peak_mb
 from train.plots import plot_run
 from train.run_folder import RunDirectory
 
@@ -72,11 +71,16 @@ def play_batch(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
         learner.end_rollout(game.observe(agent), game.rewards[agent])
 
 
+def reset_peak_memory() -> None:
+    """Start a run's peak from what is resident now (train/memory.py), on CUDA too."""
+    reset_rss_peak()
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+
+
 def peak_memory_mb() -> float:
-    """Peak resident memory of this process (and CUDA's peak allocation, if used)."""
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (
-        1024 if sys.platform != "darwin" else 1024**2
-    )
+    """Peak resident memory since the run started (and CUDA's peak allocation, if used)."""
+    rss = rss_peak_mb()
     if torch.cuda.is_available():
         rss = max(rss, torch.cuda.max_memory_allocated() / 2**20)
     return float(rss)
@@ -179,6 +183,7 @@ def train(
     which writes while the next rollout plays).
     """
     processes = processes or Processes()
+    reset_peak_memory()  # the run's own peak, not an earlier run's in this process (a sweep)
     hooks = _Hooks(callbacks)
     main = processes.is_main
     start = load_checkpoint(run_path, learners, game, processes) if resume else 0
