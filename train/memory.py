@@ -3,7 +3,9 @@
 ``ru_maxrss`` is the peak over the whole process, so in a sweep (run after run in one
 process) every run would report the largest run before it. On Linux writing ``5`` to
 ``/proc/self/clear_refs`` resets the peak (``VmHWM``) to what is resident now; where that
-fails the process peak is all there is.
+fails the process peak is all there is. An allocator that keeps freed memory resident
+for reuse (mimalloc, as the training scripts run it) keeps the earlier runs' largest
+footprint resident too, so a run's peak is then its own or that, whichever is larger.
 """
 
 from __future__ import annotations
