@@ -530,13 +530,12 @@ def matched_kl_rows(
                     values.append(y)
         return values
 
-    def collapse(group: Group, kl: float) -> dict[str, float | None]:
+    def collapse(group: Group, kl: float, base: dict[str, list[float]]) -> dict[str, Any]:
         means: dict[str, float | None] = {}
         tests: dict[str, float | None] = {}
         for q in COLLAPSE:
             values = at(group, kl, q)
-            test = (metrics.welch_test(values, at(baseline, kl, q))
-                    if group is not baseline else None)  # fmt: skip
+            test = metrics.welch_test(values, base[q]) if group is not baseline else None
             means[q] = float(np.mean(values)) if values else None
             tests[f"{q}_p"] = test["p"] if test else None
         return {**means, **tests}
@@ -544,6 +543,7 @@ def matched_kl_rows(
     rows = []
     for kl in kls:
         base = at(baseline, kl)
+        base_collapse = {q: at(baseline, kl, q) for q in COLLAPSE}
         for group in groups:
             values = at(group, kl)
             if not values:
@@ -560,7 +560,7 @@ def matched_kl_rows(
                 "welch_ci_low": welch["ci"][0] if welch else None,
                 "welch_ci_high": welch["ci"][1] if welch else None,
                 "welch_p": welch["p"] if welch else None,
-                **collapse(group, kl),
+                **collapse(group, kl, base_collapse),
             })  # fmt: skip
     return rows
 
