@@ -141,10 +141,13 @@ class RLOOAgent(GroupAgent):
             logprobs = self.sampled_logprobs(logits, mb)
             seq = (logprobs * mb["mask"]).sum(dim=1, keepdim=True)
             old = (mb["old_logprobs"] * mb["mask"]).sum(dim=1, keepdim=True)
-            loss, stats = pm.policy_loss(
+            loss, seq_stats = pm.policy_loss(
                 seq, old, mb["advantages"][:, None], torch.ones_like(seq), cfg.clip_range
             )
-            return loss, {"loss": loss, **stats}
+            # The clip acts on answers; approx_kl and ratio are per token, as every learner's.
+            return loss, {"loss": loss, "clipfrac": seq_stats["clipfrac"],
+                          "seq_approx_kl": seq_stats["approx_kl"], "seq_ratio": seq_stats["ratio"],
+                          **pm.ratio_stats(logprobs, mb["old_logprobs"], mb["mask"])}  # fmt: skip
 
         stats = minibatch_update(self, data, rloo_loss, epochs=cfg.ppo_epochs, unit="answer")
         return {

@@ -53,6 +53,9 @@ class LLMConfig:
     micro-batch is computed in chunks whose gradients add up to its own exactly. A
     memory and speed setting only."""
     max_grad_norm: float | None = None
+    target_kl: float | None = None
+    """Stop an update's epochs at the first mini-batch whose ``approx_kl`` (per token, to
+    the acting policy) exceeds 1.5x this; None = take every step (``agents/update.py``)."""
     kl_estimator: str = "full"
     """``full``: exact full-vocabulary KL; or a sampled estimator: k1, k3, abs, mse."""
     adaptive_kl: bool = True
@@ -89,6 +92,9 @@ class LLMConfig:
                           hint="a negative norm would reverse the gradients")  # fmt: skip
         if self.score_clip is not None:
             checks.number(self.score_clip, "score_clip", **positive)
+        if self.target_kl is not None:
+            checks.number(self.target_kl, "target_kl", **positive,
+                          hint="per-token approx_kl, typically 0.01-0.05")  # fmt: skip
         for name in ("mini_batch_size", "gradient_accumulation_steps", "forward_batch_size",
                      "kl_horizon"):  # fmt: skip
             checks.integer(getattr(self, name), name, minimum=1, where=w)

@@ -237,11 +237,24 @@ def policy_loss(
     with torch.no_grad():
         clipped = (losses_clipped > losses_unclipped).to(losses_clipped.dtype)
         stats = {
-            "approx_kl": 0.5 * masked_mean(log_ratio.detach() ** 2, mask),
+            **ratio_stats(logprobs, old_logprobs, mask),
             "clipfrac": masked_mean(clipped, mask),
-            "ratio": masked_mean(ratio.detach(), mask),
         }
     return loss, stats
+
+
+@torch.no_grad()
+def ratio_stats(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """How far the update has moved the policy from the one that acted, per valid token:
+    ``approx_kl`` = 0.5 mean((logp - old)^2) (TRL 0.7's) and ``ratio`` = mean exp(logp - old).
+    Every learner reports them, whatever its loss, so update health reads alike."""
+    log_ratio = (logprobs - old_logprobs).detach()
+    return {
+        "approx_kl": 0.5 * masked_mean(log_ratio**2, mask),
+        "ratio": masked_mean(torch.exp(log_ratio), mask),
+    }
 
 
 def value_loss(

@@ -115,7 +115,7 @@ class ReinforceAgent(LLMLearner):
         def reinforce_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
             logprobs = self.sampled_logprobs(logits, mb)
             loss = -pm.masked_mean(logprobs * mb["advantages"], mb["mask"])
-            return loss, {"loss": loss}
+            return loss, {"loss": loss, **pm.ratio_stats(logprobs, mb["old_logprobs"], mb["mask"])}
 
         stats = minibatch_update(self, data, reinforce_loss, epochs=1)
         return {

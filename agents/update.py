@@ -11,6 +11,12 @@ micro-batch's mean counts alike) or by their units (a mean over the whole mini-b
 Gradients are clipped to ``max_grad_norm`` when set; when nothing accumulates, Adam steps
 inside the backward pass (``agents/speedups.py``).
 
+With ``target_kl`` set, the epochs stop at the first mini-batch whose ``approx_kl`` to the
+acting policy (measured before its step, averaged over the processes) exceeds 1.5x the
+target, and that mini-batch takes no step: Spinning Up's early stopping, TRL 0.7's
+``early_stopping``. ``update/steps`` logs the optimiser steps taken, ``update/stopped_early``
+whether the target stopped them.
+
 The learner supplies the loss: ``loss_fn(chunk, logits, values) -> (loss, stats)``.
 """
 
@@ -50,7 +56,8 @@ def minibatch_update(
 ) -> dict[str, float]:
     """Step ``loss_fn`` over ``data`` (the rollout's batch tensors, with ``mask`` and
     ``tokens``); return each statistic's mean over the micro-batches, under ``prefix/``
-    (default the learner's name): the loss's own, ``entropy`` and ``grad_norm``."""
+    (default the learner's name): the loss's own, ``entropy`` and ``grad_norm``; and
+    ``update/steps`` and ``update/stopped_early``."""
     cfg = learner.config
     prefix = prefix or learner.name
     mask = data["mask"]
@@ -60,13 +67,16 @@ def minibatch_update(
     def units(rows: torch.Tensor) -> torch.Tensor | int:
         return mask[rows].sum() if unit == "token" else len(rows)
 
+    limit = None if cfg.target_kl is None else 1.5 * cfg.target_kl
     stats: dict[str, list[float]] = defaultdict(list)
+    steps, stopped = 0, False
     with learner.step_in_backward.active(learner.steps_in_backward()) as stepping:
         for _ in range(epochs):
             order = torch.randperm(B, generator=learner.shuffle_generator)
             for batch in order.split(cfg.mini_batch_size):
                 learner.optimizer.zero_grad(set_to_none=True)
                 units_in_batch = float(units(batch))
+                batch_kl: list[float] = []
                 for rows in batch.split(micro):
                     units_in_micro = units(rows)
                     micro_stats: dict[str, float] = defaultdict(float)
@@ -82,19 +92,32 @@ def minibatch_update(
                             logits, values, _ = learner.policy(*inputs, keep=T + 1)
                         logits = response_logits(logits, T)
                         loss, chunk_stats = loss_fn(mb, logits, values)
+                        with torch.no_grad():
+                            entropy = pm.entropy_from_logits(logits.detach())
+                        chunk_stats["entropy"] = pm.masked_mean(entropy, mb["mask"])
+                        for k, v in chunk_stats.items():
+                            micro_stats[k] += share * float(torch.as_tensor(v).detach())
+                        if stepping and limit is not None:  # the step would happen in backward
+                            stopped = _approx_kl(chunk_stats) > limit
+                            if stopped:
+                                break
                         if weigh_micro_batches == "rows":
                             weighted = loss * share * len(rows) / len(batch)
                         else:
                             weighted = loss * share * (float(units_in_micro) / units_in_batch)
                         with learner.probe.phase("backward", learner):
                             learner.accelerator.backward(weighted)
-                        with torch.no_grad():
-                            entropy = pm.entropy_from_logits(logits.detach())
-                        chunk_stats["entropy"] = pm.masked_mean(entropy, mb["mask"])
-                        for k, v in chunk_stats.items():
-                            micro_stats[k] += share * float(torch.as_tensor(v).detach())
                     for k, v in micro_stats.items():
                         stats[f"{prefix}/{k}"].append(v)
+                    if limit is not None:
+                        batch_kl.append(_approx_kl(micro_stats))
+                    if stopped:
+                        break
+                if limit is not None and not stepping:
+                    stopped = _mean_over_processes(learner, float(np.mean(batch_kl))) > limit
+                if stopped:
+                    learner.optimizer.zero_grad(set_to_none=True)  # this mini-batch takes no step
+                    break
                 if cfg.max_grad_norm is not None:
                     norm = learner.accelerator.clip_grad_norm_(
                         learner.model.trainable_parameters(), cfg.max_grad_norm
@@ -103,6 +126,31 @@ def minibatch_update(
                 if not stepping:
                     with learner.probe.phase("optimiser", learner):
                         learner.optimizer.step()
+                steps += 1
+            if stopped:
+                break
     learner.optimizer.zero_grad(set_to_none=True)  # free the gradients until the next update
     learner.weights_version += 1  # a rollout engine reloads them before its next turn
-    return {k: float(np.mean(v)) for k, v in stats.items()}
+    return {
+        **{k: float(np.mean(v)) for k, v in stats.items()},
+        "update/steps": float(steps),
+        "update/stopped_early": float(stopped),
+    }
+
+
+def _approx_kl(stats: dict[str, Any]) -> float:
+    """The loss's ``approx_kl``: early stopping needs every learner's loss to report it."""
+    if "approx_kl" not in stats:
+        raise KeyError(
+            "target_kl needs the learner's loss to report approx_kl; this one reports "
+            f"{sorted(stats)}: unset target_kl or add the statistic to its loss"
+        )
+    return float(torch.as_tensor(stats["approx_kl"]))
+
+
+def _mean_over_processes(learner: LLMLearner, value: float) -> float:
+    """``value`` averaged over the data-parallel processes, so that all stop together."""
+    if learner.accelerator.num_processes == 1:
+        return value
+    tensor = torch.tensor([value], device=learner.device)
+    return float(learner.accelerator.reduce(tensor, reduction="mean"))

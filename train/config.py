@@ -96,6 +96,10 @@ class TrainConfig:
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     """Experiment trackers (``train/trackers.py``): tensorboard, wandb, mlflow, trackio, or
     none; a flag takes them comma-separated (``--report_to tensorboard,wandb``)."""
+    health_approx_kl: float = 0.05
+    health_clipfrac: float = 0.2
+    """An update is healthy when its mean per-token ``approx_kl`` and ``clipfrac`` are at most
+    these (train/health.py); a run warns when more than a quarter of its updates are not."""
     learner: dict[str, Any] = field(default_factory=dict)
     """The seats' learner settings: those every LLM learner shares (``agents/llm.py``'s
     ``LLMConfig``) and each learner's own (e.g. ``ppo_epochs``, ``reset_freq``). Each seat
@@ -228,6 +232,8 @@ class TrainConfig:
             )
         check_task_settings(self.task, self.task_settings)
         checks.number(self.eta, "eta", minimum=0)
+        for name in ("health_approx_kl", "health_clipfrac"):
+            checks.number(getattr(self, name), name, minimum=0, exclusive_min=True)
         for name in ("batch_size", "iterations", "sample_every", "checkpoint_every", "lora_r",
                      "eval_samples", "eval_batch_size"):  # fmt: skip
             checks.integer(getattr(self, name), name, minimum=1)

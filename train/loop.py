@@ -22,6 +22,7 @@ from cory_env import BatchedTextGame
 from train.checkpoint import CheckpointWriter, load_checkpoint
 from train.config import TrainConfig
 from train.distributed import Processes
+from train.health import Band, HealthWatch
 from train.memory import reset_rss_peak, rss_peak_mb
 from train.plots import plot_run
 from train.run_folder import RunDirectory
@@ -128,6 +129,10 @@ def batch_samples(game: BatchedTextGame, n: int) -> list[dict[str, Any]]:
     return out
 
 
+HEALTH_AFTER = 3
+"""Iterations after which the loop says (once) that the updates so far are too large."""
+
+
 class Callback:
     """Hooks into the loop: subclass and override what you need (every hook does nothing).
 
@@ -204,6 +209,8 @@ def train(
     )
     checkpoints = checkpoints or CheckpointWriter()
     evaluations = None
+    health = HealthWatch(Band(config.health_approx_kl, config.health_clipfrac))
+    warned = False
 
     def log(row: dict[str, Any]) -> None:
         run.log_metrics(row)
@@ -238,6 +245,11 @@ def train(
             }
             row = processes.mean_numbers(row)
             row["games"] = game.batch_size * processes.num
+            health.add(row)
+            if not warned and iteration - start + 1 >= HEALTH_AFTER and health.unhealthy():
+                warned = True  # once, early enough to stop a run that cannot count
+                if main:
+                    tqdm.write(f"{health.warning(so_far=True)}\n{health.summary()}")
             if run is not None:
                 with hooks.phase("logging", iteration):
                     log(row)

@@ -20,6 +20,7 @@ from train import allocator
 from train.checkpoint import checkpoint_updates
 from train.config import TrainConfig, parse_args
 from train.distributed import Processes
+from train.health import Band
 from train.loop import make_game, train
 from train.run_folder import RunDirectory, check_run_path
 from train.summary import run_summary, summary_values
@@ -180,7 +181,7 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
     run = train(config, learners, game, run_path, resume_dir is not None, processes,
                 callbacks=[trackers] if trackers is not None else [])  # fmt: skip
     if run is not None:
-        print(run_summary(run.path))
+        print(run_summary(run.path, Band(config.health_approx_kl, config.health_clipfrac)))
         if trackers is not None:
             trackers.finish(summary_values(run.path))
     return run

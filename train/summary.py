@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from train.health import Band, HealthWatch
+
 SHORT = 10
 """Runs of fewer iterations are said to test the plumbing only (the smoke preset has 3)."""
 
@@ -36,6 +38,9 @@ def summary_values(run_path: Path, rows: list[dict] | None = None) -> dict[str, 
     out["seconds_per_iteration"] = sum(times) / len(times)
     out["peak_memory_gb"] = max(r.get("memory/peak_mb", 0.0) for r in rows) / 1024
     out["iterations"] = float(len(rows))
+    health = HealthWatch().add_all(rows)
+    if health.updates:
+        out["updates_outside_health_band"] = health.unhealthy_share
     evaluations = read_evaluations(run_path)
     if evaluations:
         for key in ("eval/all/reward", "eval/all/kl"):
@@ -44,8 +49,9 @@ def summary_values(run_path: Path, rows: list[dict] | None = None) -> dict[str, 
     return out
 
 
-def run_summary(run_path: Path) -> str:
-    """First and last task score and KL per agent, s/iteration, peak memory, folder, disk."""
+def run_summary(run_path: Path, band: Band | None = None) -> str:
+    """First and last task score and KL per agent, update health (``band``: the healthy
+    one, train/health.py), s/iteration, peak memory, folder, disk."""
     from train.run_folder import read_evaluations, read_metrics
 
     run_path = Path(run_path)
@@ -61,6 +67,12 @@ def run_summary(run_path: Path) -> str:
         k0, k1 = first.get(f"{agent}/kl"), last.get(f"{agent}/kl")
         kl = "n/a (no reference)" if k0 is None or k1 is None else f"{k0:>10.3f} -> {k1:<9.3f}"
         lines.append(f"  {agent:<8} {s0:>+10.3f} -> {s1:<+9.3f} {kl}")
+    health = HealthWatch(band).add_all(rows)
+    if health.updates:
+        lines.append("  update health (per token, to the policy that acted):")
+        lines.append(health.summary())
+        warning = health.warning()
+        lines.append(f"  {warning}" if warning else "  the updates stayed inside the healthy band")
     numbers = summary_values(run_path, rows)
     lines.append(
         f"  {numbers['seconds_per_iteration']:.1f} s/iteration (after the first), "
