@@ -198,6 +198,10 @@ class ModelPool:
     reference. With LoRA the seats of one base share its weights through one adapter
     each, and the reference is the base with adapters disabled. Seats of different
     bases (heterogeneous pairs) each get their own base and reference.
+
+    ``references`` gives a model another reference than itself: a trained agent's folder
+    seated for evaluation is measured against the base it was trained from, not against
+    itself (a KL of 0). The reference must share the model's vocabulary.
     """
 
     def __init__(
@@ -205,26 +209,51 @@ class ModelPool:
         load: Callable[[str], nn.Module],
         lora_config: Any = None,
         activation_checkpointing: bool = False,
+        references: dict[str, str] | None = None,
     ) -> None:
         self._load = load
         self.lora_config = lora_config
         self.activation_checkpointing = activation_checkpointing
+        self.references = {m: r for m, r in (references or {}).items() if m != r}
+        if self.references and lora_config is not None:
+            raise ValueError(
+                "a reference other than the seat's own model needs full fine-tuning: with "
+                "LoRA the reference is the shared base with its adapters disabled"
+            )
         self._bases: dict[str, nn.Module] = {}
         self._references: dict[str, Reference] = {}
 
-    def policy(self, model: str, adapter: str) -> tuple[PolicyWithValue, Reference]:
-        """A new trainable policy of ``model`` (LoRA: adapter ``adapter``) and its reference."""
+    def _base(self, model: str) -> nn.Module:
         if model not in self._bases:
             base = self._load(model)
             base.eval()  # dropout off: the PPO ratio must compare the same function
             self._bases[model] = base
-        base = self._bases[model]
+        return self._bases[model]
+
+    def _reference(self, model: str) -> Reference:
+        """The frozen reference of ``model``'s seats: its own base, or the one named."""
+        name = self.references.get(model, model)
+        if name not in self._references:
+            lm = self._base(name)
+            if name != model:
+                own, theirs = vocabulary_size(self._base(model)), vocabulary_size(lm)
+                if own != theirs:
+                    raise ValueError(
+                        f"reference {name!r} has {theirs} tokens and model {model!r} has {own}: "
+                        "the KL compares their next-token distributions, so they must share a "
+                        "vocabulary; name the base the model was trained from"
+                    )
+            self._references[name] = Reference(lm)
+        return self._references[name]
+
+    def policy(self, model: str, adapter: str) -> tuple[PolicyWithValue, Reference]:
+        """A new trainable policy of ``model`` (LoRA: adapter ``adapter``) and its reference."""
+        base = self._base(model)
         if self.lora_config is None:
             lm = copy.deepcopy(base).requires_grad_(True)
             if self.activation_checkpointing:
                 recompute_activations(lm)
-            reference = self._references.setdefault(model, Reference(base))
-            return PolicyWithValue(lm), reference
+            return PolicyWithValue(lm), self._reference(model)
         from peft import get_peft_model
 
         if model not in self._references:
@@ -243,6 +272,11 @@ class ModelPool:
             elif f".{adapter}." in name:
                 param.requires_grad_(True)
         return PolicyWithValue(peft_lm, adapter=adapter), self._references[model]
+
+
+def vocabulary_size(lm: nn.Module) -> int:
+    """Rows of the model's output layer: the next-token distribution it defines."""
+    return int(lm.get_output_embeddings().weight.shape[0])
 
 
 def build_policies(

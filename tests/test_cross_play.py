@@ -86,3 +86,31 @@ def test_bad_seats_are_refused_in_one_line(two_runs, tmp_path, capsys):
     with pytest.raises(SystemExit):
         ev.main(["--seats", "{llm_0: base}", *FEW])
     assert "--out" in capsys.readouterr().err
+
+
+def test_a_seated_folder_s_kl_is_measured_against_its_base(two_runs, tmp_path, tiny_model_dir):
+    """An exported agent's KL is to the base it was trained from, not to itself (0): a copy of
+    the base measures 0, a trained agent more; both against the run's base model."""
+    import shutil
+
+    from train.cross_play import play_seats, template_config
+    from train.export import export_run
+
+    exported = export_run(two_runs[0], tmp_path / "export")
+    plain = tmp_path / "plain"  # a folder trained elsewhere: no cory_export.json
+    shutil.copytree(exported["llm_0"], plain)
+    (plain / "cory_export.json").unlink()
+    base_copy = tmp_path / "base_copy"
+    shutil.copytree(tiny_model_dir, base_copy)
+    players = {"llm_0": Player.parse(str(exported["llm_1"])), "llm_1": Player.parse(str(plain))}
+    template = template_config([Player(f"{two_runs[0]}:llm_0", two_runs[0], "llm_0")])
+    config, answers, _ = play_seats(players, template, {"samples": 1, "max_queries": 3})
+    assert config.references == {"llm_0": tiny_model_dir, "llm_1": tiny_model_dir}
+    kls = [k for k in answers["kl"] if k is not None]
+    assert kls and min(kls) > 0  # trained agents: above 0 against the base
+    players = {"llm_0": Player.parse(str(base_copy)), "llm_1": Player.parse(str(plain))}
+    config, answers, _ = play_seats(players, template, {"samples": 1, "max_queries": 3})
+    by_agent = {a: [k for k, b in zip(answers["kl"], answers["agent"], strict=True) if b == a]
+                for a in ("llm_0", "llm_1")}  # fmt: skip
+    assert max(abs(k) for k in by_agent["llm_0"]) < 1e-6  # the base's own weights: KL 0
+    assert min(by_agent["llm_1"]) > 0

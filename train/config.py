@@ -41,6 +41,10 @@ class TrainConfig:
     models: dict[str, str] | None = None
     """A model per seat (heterogeneous seats), e.g. ``{llm_0: gpt2, llm_1: embedded}``;
     seats not named play ``model``. Each base model has its own frozen reference."""
+    references: dict[str, str] | None = None
+    """A seat's frozen reference when it is not the seat's own model, e.g. ``{llm_0:
+    embedded}``: a trained agent's folder is measured against the base it was trained from
+    (evaluation seats folders so). It must share the seat model's vocabulary."""
     learners: dict[str, Any] | None = None
     """A learner per seat, e.g. ``{llm_0: ppo, llm_1: {learner: reinforce, learning_rate:
     1e-5}}``: every seat must be named. None = the algorithm's learner in every seat."""
@@ -127,6 +131,17 @@ class TrainConfig:
         """The model of every seat."""
         return {agent: (self.models or {}).get(agent, self.model) for agent in self.agents}
 
+    def model_references(self) -> dict[str, str]:
+        """Each seat model's reference where ``references`` names another one."""
+        models, out = self.seat_models(), {}
+        for agent, reference in (self.references or {}).items():
+            if out.setdefault(models[agent], reference) != reference:
+                raise checks.SettingError(
+                    f"references: seats of model {models[agent]!r} name two references "
+                    f"({out[models[agent]]!r}, {reference!r}); one model has one reference"
+                )
+        return out
+
     def seat_entries(self) -> dict[str, tuple[str, dict[str, Any]]]:
         """Every seat's learner name and its own settings (``learners``), unchecked."""
         default = ALGORITHMS[self.algorithm].seat_learner
@@ -197,7 +212,7 @@ class TrainConfig:
             self.game.n_agents, "n_agents", minimum=algo.min_agents, maximum=algo.max_agents,
             hint=f"algorithm {self.algorithm!r} plays {seats}",
         )  # fmt: skip
-        for name in ("models", "learners"):
+        for name in ("models", "references", "learners"):
             mapping = getattr(self, name)
             if mapping is None:
                 continue
@@ -216,8 +231,14 @@ class TrainConfig:
                     f"learners: seats {missing} have no learner; name one for every seat of "
                     f"{self.agents}, or drop --learners to use the algorithm's"
                 )
-        for agent, model in (self.models or {}).items():
-            checks.text(model, f"models.{agent}")
+        for name in ("models", "references"):
+            for agent, model in (getattr(self, name) or {}).items():
+                checks.text(model, f"{name}.{agent}")
+        if self.references and self.lora:
+            raise checks.SettingError(
+                "references: a reference other than the seat's model needs full fine-tuning "
+                "(with lora the reference is the shared base); set lora false or drop references"
+            )
         checks.text(self.task, "task")
         checks.text(self.model, "model", hint="a hub id, a local folder, or 'embedded'")
         if not isinstance(self.task_settings, dict):

@@ -20,6 +20,7 @@ import csv
 import dataclasses
 import gc
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,7 @@ def seated_config(players: dict[str, Player], template: Any) -> Any:
     from train.config import build_config
     from train.run_folder import load_run_config
 
-    models, learners = {}, {}
+    models, learners, references = {}, {}, {}
     # A base model or a folder samples as the template's first seat does.
     first_name, first_settings = next(iter(template.seat_learners().values()))
     first = {"learner": first_name, **(dataclasses.asdict(first_settings) if first_settings
@@ -97,17 +98,54 @@ def seated_config(players: dict[str, Player], template: Any) -> Any:
         else:
             models[seat] = template.model if player.model is None else player.model
             learners[seat] = dict(first)
+            base = folder_base(models[seat], template.model)
+            if base is not None:
+                references[seat] = base  # a trained folder: its KL to its base, not to itself
     n = len(players)
     kept = {k: v for k, v in template.to_dict().items()
-            if k not in ("learner", "learners", "models", "run_dir")}  # fmt: skip
+            if k not in ("learner", "learners", "models", "references", "run_dir")}  # fmt: skip
     values = {
         **kept,
         "algorithm": "cory" if n > 1 else "ppo", "game": {**dataclasses.asdict(template.game),
         "n_agents": n}, "device": "cpu" if template.device == "auto" else template.device,
         "model": models[next(iter(players))], "models": models, "learners": learners,
-        "report_to": ["none"],
+        "references": references or None, "report_to": ["none"],
     }  # fmt: skip
     return build_config(overrides=values, algorithm=values["algorithm"])
+
+
+def folder_base(model: str, base: str) -> str | None:
+    """The model a seated folder's KL is measured against: the base its export names
+    (``cory_export.json``), else ``base`` when the two share a vocabulary (a plain folder
+    trained elsewhere from it), else None (the folder itself)."""
+    from cory_env.models import model_problem
+
+    export = Path(model) / "cory_export.json"
+    if export.is_file():
+        try:
+            named = json.loads(export.read_text()).get("model")
+        except (OSError, ValueError):
+            named = None
+        if isinstance(named, str) and named != model and model_problem(named) is None:
+            return named
+    return base if shares_vocabulary(model, base) else None
+
+
+def shares_vocabulary(model: str, base: str) -> bool:
+    """Whether ``model`` (a folder or hub id) has ``base``'s vocabulary, read from their
+    configs: a seated folder is then measured against ``base``, the model it was most likely
+    trained from (a KL to itself would be 0). A model of another family keeps itself."""
+    from transformers import AutoConfig
+
+    from cory_env.models import resolve
+
+    if model == base:
+        return False
+    try:
+        own, theirs = (AutoConfig.from_pretrained(resolve(m)) for m in (model, base))
+    except (OSError, ValueError):
+        return False
+    return own.model_type == theirs.model_type and own.vocab_size == theirs.vocab_size
 
 
 def template_config(players: list[Player], task: str | None = None) -> Any:

@@ -204,8 +204,12 @@ def to_markdown(result: dict[str, Any]) -> str:
     ks = sorted({int(k) for r in rows for k in (r["pass@k"] or {})})
     es = result["eval_set"]
     when = "" if result.get("updates") is None else f" after {result['updates']} updates"
+    seats = result.get("seats")
+    what = result["run"] or "the base model"
+    if seats:
+        what = "seats " + ", ".join(f"{seat}: {label}" for seat, label in seats.items())
     head = (
-        f"Evaluation of {result['run'] or 'the base model'}{when}: task {result['task']}, "
+        f"Evaluation of {what}{when}: task {result['task']}, "
         f"{result['held_out']['note']}; {len(es['queries'])} distinct queries x "
         f"{es['samples']} samples, budgets and sampling uniforms fixed by seed {es['seed']}"
         f"{'' if result.get('common_random_numbers', True) else ' (budgets only: a learner here cannot take common random numbers)'}."  # noqa: E501
@@ -217,6 +221,10 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"pooled: over blocks of {metrics.DISTINCT_POOL} answers, averaged over blocks."
     )
     lines = [head, "", notes, ""]
+    if result.get("references"):
+        measured = ", ".join(f"{seat} against {ref}" for seat, ref in result["references"].items())
+        lines += [f"KL of seated model folders to the base they share a vocabulary with: "
+                  f"{measured}.", ""]  # fmt: skip
     untrained = [a for a, kind in (result.get("reference_is") or {}).items()
                  if not kind.startswith("the base model")]  # fmt: skip
     if untrained:

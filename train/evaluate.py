@@ -444,6 +444,7 @@ def _play_players(args: Any) -> dict[str, Any]:
     config, answers, evaluator = xp.play_seats(seats, template, options)
     result = build_result(evaluator, config, answers, common=True)
     result["seats"] = {seat: player.label for seat, player in seats.items()}
+    result["references"] = dict(config.references or {})
     write_eval(args.out, result)
     print(report.to_markdown(result))
     print(f"seats: {result['seats']}\nwrote {args.out / 'eval.json'} and eval.md")

@@ -69,6 +69,11 @@ def check_models(config: TrainConfig) -> dict[str, str]:
         problem = model_problem(model)
         if problem is not None:
             raise SettingError(f"{_model_setting(config, agent)}: {problem}")
+    for agent, reference in (config.references or {}).items():
+        problem = model_problem(reference)
+        if problem is not None:
+            raise SettingError(f"references.{agent}: {problem}")
+    config.model_references()  # one reference per model
     return seat_models
 
 
@@ -96,6 +101,7 @@ def build_game_and_learners(
         partial(load_causal_lm, load_in_4bit=config.load_in_4bit),
         lora_config(config),
         activation_checkpointing=config.activation_checkpointing,
+        references=config.model_references(),
     )
     learners: dict[str, Learner] = {}
     for i, (agent, (name, settings)) in enumerate(config.seat_learners().items()):
