@@ -199,6 +199,7 @@ def test_matched_kl_reads_each_seed_s_trajectory(tmp_path):
     assert float(rows["cory", "10.0"]["reward"]) == pytest.approx(0.9 + 0.2 / 3)
     assert float(rows["cory", "10.0"]["diff"]) == pytest.approx(0.9 + 0.2 / 3 - 0.75)
     assert rows["cory", "10.0"]["welch_p"] == "" and rows["cory", "10.0"]["std"] == ""
+    assert rows["cory", "10.0"]["welch_p_holm"] == "" and rows["cory", "10.0"]["hedges_g"] == ""
     # Collapse indicators at the same KL (here entropy = 4 - reward), mean over seeds.
     assert float(rows["ppo", "10.0"]["entropy"]) == pytest.approx(4 - 0.75)
     assert rows["ppo", "10.0"]["repetitive"] == ""  # not logged by these fake runs
@@ -227,6 +228,32 @@ def test_collapse_indicators_at_matched_kl_carry_a_welch_test(tmp_path):
     assert rows["ppo"]["entropy_p"] == ""  # the baseline is not tested against itself
     assert rows["cory"]["repetitive_p"] == ""  # not logged by these fake runs: no test
     assert f"3.75 ({float(expected):.3f})" in (tmp_path / "out" / "matched_kl.md").read_text()
+
+
+def test_matched_kl_p_values_are_holm_adjusted_over_the_kls(tmp_path):
+    runs = tmp_path / "sweep"
+    for name, algorithm, seed, rewards in [
+        ("p0", "ppo", 0, (0.5, 0.9)),
+        ("p1", "ppo", 1, (0.3, 0.7)),
+        ("c0", "cory", 0, (0.2, 0.4)),
+        ("c1", "cory", 1, (0.3, 0.6)),
+    ]:
+        trajectory = [(0, 0.0, 0.1), (10, 4.0, rewards[0]), (20, 12.0, rewards[1])]
+        fake_run(runs / name, algorithm, seed, 0.1, [0.0], 1.0, trajectory=trajectory)
+    out = tmp_path / "out"
+    compare.main([str(runs), "--out", str(out), "--baseline", "ppo", "--at_kl", "4", "12"])
+    rows = {r["kl"]: r for r in csv.DictReader((out / "matched_kl.csv").open())
+            if r["group"] == "cory"}  # fmt: skip
+    p4 = stats.ttest_ind([0.2, 0.3], [0.5, 0.3], equal_var=False).pvalue
+    p12 = stats.ttest_ind([0.4, 0.6], [0.9, 0.7], equal_var=False).pvalue
+    low, high = sorted([p4, p12])
+    adjusted = {p4: None, p12: None}
+    adjusted[low], adjusted[high] = min(1, 2 * low), max(min(1, 2 * low), high)
+    assert float(rows["4.0"]["welch_p_holm"]) == pytest.approx(adjusted[p4])
+    assert float(rows["12.0"]["welch_p_holm"]) == pytest.approx(adjusted[p12])
+    # Hedges' g at KL 12: (0.5 - 0.8) / pooled std sqrt(0.02), times 1 - 3/7.
+    assert float(rows["12.0"]["hedges_g"]) == pytest.approx((1 - 3 / 7) * -0.3 / math.sqrt(0.02))
+    assert "p (Holm)" in (out / "matched_kl.md").read_text()
 
 
 def test_an_evaluation_of_the_older_format_is_left_out_with_a_note(tmp_path, capsys):

@@ -269,3 +269,27 @@ def test_value_at_interpolates_on_the_first_segment_reaching_x():
     assert metrics.value_at([0.5], [7.0], 0.5) == 7.0  # a one-point trajectory at x
     # a flat start reaching x exactly at its end
     assert metrics.value_at([0.0, 0.0, 1.0], [2.0, 3.0, 4.0], 1.0) == pytest.approx(4.0)
+
+
+def test_holm_adjusts_p_values_by_hand():
+    # m = 4: sorted 0.01, 0.02, 0.03, 0.04 -> 0.04, 0.06, 0.06 (kept from falling), 0.06 ...
+    # 0.01*4 = 0.04; 0.02*3 = 0.06; 0.03*2 = 0.06; 0.04*1 = 0.04 -> max so far 0.06.
+    assert metrics.holm([0.03, 0.01, 0.04, 0.02]) == pytest.approx([0.06, 0.04, 0.06, 0.06])
+    assert metrics.holm([0.5, None, 0.4]) == [pytest.approx(0.8), None, pytest.approx(0.8)]
+    assert metrics.holm([0.9, 0.6]) == [1.0, 1.0]  # capped at 1
+    assert metrics.holm([]) == [] and metrics.holm([0.2]) == [0.2]
+
+
+def test_hedges_g_by_hand():
+    from scipy import stats
+
+    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 6.0]
+    pooled = math.sqrt((5 + 8) / 5)  # squared deviations 5 and 8 over 4 + 3 - 2
+    g = (1 - 3 / (4 * 7 - 9)) * (2.5 - 4.0) / pooled
+    se = math.sqrt(7 / 12 + g**2 / 14)
+    z = stats.norm.ppf(0.975)
+    out = metrics.hedges_g(a, b)
+    assert out["g"] == pytest.approx(g) and g == pytest.approx(-0.7834, abs=1e-4)
+    assert out["ci"] == pytest.approx([g - z * se, g + z * se])
+    assert metrics.hedges_g([1.0, 1.0], [1.0, 1.0]) is None
+    assert metrics.hedges_g([1.0], [1.0, 2.0]) is None

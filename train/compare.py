@@ -550,6 +550,7 @@ def matched_kl_rows(
                 continue
             t = metrics.t_interval(values)
             welch = metrics.welch_test(values, base) if group is not baseline else None
+            effect = metrics.hedges_g(values, base) if group is not baseline else None
             rows.append({
                 "group": group.label, "kl": kl, "seeds": len(values),
                 "seeds_total": len(group.runs), "reward": t["mean"], "std": t["std"],
@@ -560,8 +561,15 @@ def matched_kl_rows(
                 "welch_ci_low": welch["ci"][0] if welch else None,
                 "welch_ci_high": welch["ci"][1] if welch else None,
                 "welch_p": welch["p"] if welch else None,
+                "hedges_g": effect["g"] if effect else None,
+                "g_ci_low": effect["ci"][0] if effect else None,
+                "g_ci_high": effect["ci"][1] if effect else None,
                 **collapse(group, kl, base_collapse),
             })  # fmt: skip
+    for group in groups:  # one comparison = a group against the baseline at every KL
+        mine = [r for r in rows if r["group"] == group.label]
+        for row, adjusted in zip(mine, metrics.holm([r["welch_p"] for r in mine]), strict=True):
+            row["welch_p_holm"] = adjusted
     return rows
 
 
@@ -584,22 +592,29 @@ def write_matched_kl(
         f"Held-out reward at matched held-out KL ({point!r}), read off each seed's trajectory "
         "(linear between evaluations; a seed that never reaches the KL is left out): mean ± "
         f"std over seeds, 95% t-interval, and the difference to {baseline.label!r} with its "
-        "Welch interval and p-value; collapse indicators at the same KL, mean over seeds, "
-        "with the Welch p against the baseline in brackets.",
+        "Welch interval and p-value, the p-value Holm-adjusted over the KLs of the "
+        "group's comparison, and Hedges' g with its 95% interval; collapse indicators at the "
+        "same KL, mean over seeds, with the Welch p against the baseline in brackets.",
         "",
         "| KL | group | seeds | reward | 95% CI | difference | 95% CI (Welch) | p (Welch) | "
-        f"distinct-2 (pooled {metrics.DISTINCT_POOL}) | repetitive | entropy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"p (Holm) | Hedges' g [95% CI] | distinct-2 (pooled {metrics.DISTINCT_POOL}) | "
+        "repetitive | entropy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ci = "n/a" if r["ci_low"] is None else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
         welch = ("n/a" if r["welch_p"] is None
                  else f"[{r['welch_ci_low']:.3f}, {r['welch_ci_high']:.3f}]")  # fmt: skip
         diff = "" if r["diff"] is None else f"{r['diff']:+.3f}"
+        g = "n/a"
+        if r["hedges_g"] is not None:
+            g = f"{r['hedges_g']:+.2f} [{r['g_ci_low']:+.2f}, {r['g_ci_high']:+.2f}]"
         lines.append(
             f"| {r['kl']:g} | {r['group']} | {r['seeds']}/{r['seeds_total']} | "
             f"{r['reward']:.3f} ± {_fmt(r['std'])} | {ci} | {diff} | {welch} | "
-            f"{_fmt(r['welch_p'])} | " + " | ".join(_collapse_cell(r, q) for q in COLLAPSE) + " |"
+            f"{_fmt(r['welch_p'])} | {_fmt(r['welch_p_holm'])} | {g} | "
+            + " | ".join(_collapse_cell(r, q) for q in COLLAPSE)
+            + " |"
         )
     write_text(table_md, "\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -279,6 +279,42 @@ def welch_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.95)
     return {"diff": diff, "ci": ci, "p": p, "df": df, "n_a": int(x.size), "n_b": int(y.size)}
 
 
+def holm(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of p-values tested together (None stays None).
+
+    The i-th smallest of m p-values is multiplied by m - i + 1 (i from 1), kept from falling
+    below the one before it and capped at 1: a family-wise error rate at the level, with no
+    assumption about how the tests depend on each other (the matched-KL points of one
+    comparison read the same seeds' trajectories)."""
+    present = sorted((float(p), i) for i, p in enumerate(p_values) if p is not None)
+    out: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(present):
+        running = max(running, min(1.0, (len(present) - rank) * p))
+        out[i] = running
+    return out
+
+
+def hedges_g(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> dict | None:
+    """Hedges' g, the standardised difference ``(mean(a) - mean(b)) / pooled std`` with the
+    small-sample correction J = 1 - 3 / (4 (n_a + n_b) - 9), and its normal-approximation
+    interval (se^2 = (n_a + n_b) / (n_a n_b) + g^2 / (2 (n_a + n_b))). None for fewer than
+    2 values a side or no spread at all (the standardised difference is undefined)."""
+    _check_confidence(confidence)
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size < 2 or y.size < 2:
+        return None
+    (ma, va), (mb, vb) = _mean_var(x), _mean_var(y)
+    n = x.size + y.size
+    pooled = math.sqrt(((x.size - 1) * va + (y.size - 1) * vb) / (n - 2))
+    if pooled == 0.0:
+        return None
+    g = (1 - 3 / (4 * n - 9)) * (ma - mb) / pooled
+    se = math.sqrt(n / (x.size * y.size) + g**2 / (2 * n))
+    z = float(stats.norm.ppf(0.5 + confidence / 2))
+    return {"g": g, "ci": [g - z * se, g + z * se], "se": se}
+
+
 def paired_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.95) -> dict | None:
     """Paired t-test: the one-sample t-test of ``a_i - b_i`` (same seeds or same queries).
 
