@@ -147,6 +147,21 @@ def test_presets_hold_numbers_not_strings(preset):
     assert isinstance(config.learner["learning_rate"], float)
 
 
+@pytest.mark.parametrize(("algorithm", "kl", "scaled"), [("ppo", 0.3, False), ("cory", 0.4, True)])
+def test_paper_imdb_is_the_official_scripts_configuration(algorithm, kl, scaled):
+    config = build_config("paper-imdb", algorithm=algorithm)
+    seats = [settings for _, settings in config.seat_learners().values()]
+    settings = seats[0]
+    assert all(other == settings for other in seats)
+    assert (config.batch_size, config.iterations) == (256, 102)
+    assert config.game.max_new_tokens == [4, 16]  # 4-15 new tokens
+    assert settings.mini_batch_size == 256 and settings.ppo_epochs == 4
+    assert settings.learning_rate == 1.41e-5 and settings.repetition_penalty == 1.1
+    assert settings.adaptive_kl and (settings.kl_target, settings.kl_horizon) == (6.0, 10000)
+    assert settings.init_kl_coef == kl
+    assert settings.score_scaling is scaled and settings.score_norm is scaled
+
+
 def test_a_config_saved_under_the_old_section_names_loads_with_one_note(tmp_path, capsys):
     """``ppo:`` (every learner's shared settings) and ``learner_settings:`` (the rest), as
     configs saved before the ``learner`` section hold them, give the same config."""
