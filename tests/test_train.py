@@ -74,7 +74,7 @@ def test_existing_run_folder_is_not_overwritten(tiny_model_dir, tmp_path):
 
 def test_config_precedence_and_errors(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text(yaml.safe_dump({"batch_size": 16, "learner": {"learning_rate": 0.5}}))
+    path.write_text(yaml.safe_dump({"batch_size": 64, "learner": {"learning_rate": 0.5}}))
     config, _ = parse_args(
         [
             "--preset",
@@ -91,7 +91,7 @@ def test_config_precedence_and_errors(tmp_path):
         "ppo",
     )
     assert config.algorithm == "ppo" and config.game.n_agents == 1
-    assert config.batch_size == 16 and config.iterations == 7
+    assert config.batch_size == 64 and config.iterations == 7
     assert config.learner["learning_rate"] == 0.5 and config.learner["ppo_epochs"] == 3
     assert config.learner["mini_batch_size"] == PRESETS["cpu"]["learner"]["mini_batch_size"]
     assert config.game.max_new_tokens == [3, 6]

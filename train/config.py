@@ -361,23 +361,27 @@ PRESETS: dict[str, dict[str, Any]] = {
             "repetition_penalty": 1.0,
         },
     },
-    # The embedded model on 2 CPU cores, long enough to show learning.
+    # The embedded model on 2 CPU cores, long enough to show learning, with updates inside
+    # the healthy band (train/health.py): 4 optimiser steps per batch, one per epoch, as the
+    # official scripts take (batch = mini-batch). PPO and CORY alike (the matched
+    # configuration of docs/study.md): fixed KL coefficient 0.1 (at batch 32 TRL's
+    # controller would move it by 0.06% an iteration), score scaling, the official
+    # repetition penalty. Pilot figures: docs/study.md.
     "cpu": {
         "batch_size": 32,
         "iterations": 60,
         "max_new_tokens": [4, 12],
         "sample_every": 5,
         "checkpoint_every": 10,
-        # Score scaling on and no repetition penalty for PPO and CORY alike, as the README's
-        # cpu results were run (the algorithms' official defaults differ; see algorithms.py).
         "learner": {
-            "mini_batch_size": 16,
+            "mini_batch_size": 32,
             "ppo_epochs": 4,
-            "learning_rate": 2e-5,
+            "learning_rate": 1e-5,
+            "adaptive_kl": False,
             "init_kl_coef": 0.1,
             "score_scaling": True,
             "score_norm": True,
-            "repetition_penalty": 1.0,
+            "repetition_penalty": 1.1,
         },
     },
     # The official IMDB scripts' configuration (imdb_train/ppo.py and cory.py): batch =

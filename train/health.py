@@ -6,13 +6,18 @@ that acted: language-model PPO is normally run at a per-token ``approx_kl`` of a
 the batch and the reward curve no longer says what the algorithm does. The learners log
 both per agent (``<agent>/<learner>/approx_kl``, ``.../clipfrac``); this module reads the
 rows and says when too many updates were outside the band, and what moves them back.
+
+``python -m train.health RUN_OR_FOLDER ...`` prints the health of every run found there
+(run folders or compact results, ``train/results.py``).
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 UNHEALTHY_SHARE = 0.25
@@ -135,3 +140,45 @@ class HealthWatch:
             f"{self.band.clipfrac:g} per token): the policy moves far from the one that acted, "
             f"so rewards and KLs are not PPO's. Try {SETTINGS}."
         )
+
+
+def health_table(paths: list[Path], band: Band | None = None) -> str:
+    """A markdown table, one row per run found under ``paths``: its updates (agent x
+    iteration), the medians over them and the share outside ``band``."""
+    from train.run_folder import read_metrics
+
+    runs = sorted({m.parent for p in paths for pattern in ("metrics.jsonl", "metrics.jsonl.gz")
+                   for m in ([Path(p) / pattern] if (Path(p) / pattern).is_file()
+                             else Path(p).rglob(pattern))})  # fmt: skip
+    band = band or Band()
+    lines = [f"| run | updates | approx_kl median | clipfrac median | outside the band "
+             f"(approx_kl > {band.approx_kl:g} or clipfrac > {band.clipfrac:g}) |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for run in runs:
+        watch = HealthWatch(band).add_all(read_metrics(run))
+        if not watch.updates:
+            continue
+        kls = [k for h in watch.agents.values() for k in h.approx_kl]
+        clips = [c for h in watch.agents.values() for c in h.clipfrac if c is not None]
+        clip = f"{statistics.median(clips):.3f}" if clips else "n/a"
+        lines.append(f"| {run} | {watch.updates} | {statistics.median(kls):.3f} | {clip} | "
+                     f"{watch.unhealthy_share:.0%} |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description="Update health of runs: approx_kl, clipfrac")
+    parser.add_argument("paths", nargs="+", type=Path, help="run folders or folders of runs")
+    parser.add_argument("--approx_kl", type=float, default=Band.approx_kl)
+    parser.add_argument("--clipfrac", type=float, default=Band.clipfrac)
+    args = parser.parse_args(argv)
+    missing = [str(p) for p in args.paths if not p.exists()]
+    if missing:
+        parser.error(f"no such folder: {', '.join(missing)}")
+    table = health_table(args.paths, Band(args.approx_kl, args.clipfrac))
+    print(table)
+    return table
+
+
+if __name__ == "__main__":
+    main()
