@@ -261,3 +261,15 @@ def test_an_evaluation_of_the_older_format_is_left_out_with_a_note(tmp_path, cap
     (run / "eval.json").write_text(json.dumps({"summary": {}}))
     assert compare.load_run(run).evaluation is None
     assert "older format" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("flag", "value"), [("--at_kl", "-5"), ("--at_kl", "nan"), ("--eta", "-1")]
+)
+def test_a_meaningless_number_is_refused_in_one_line(tmp_path, capsys, flag, value):
+    fake_run(tmp_path / "p0", "ppo", 0, 0.1, [0.0], 1.0)
+    with pytest.raises(SystemExit):
+        compare.main([str(tmp_path), "--out", str(tmp_path / "out"), flag, value])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert f"argument {flag}: {value} is not a number at least 0" in err[0] and len(err) == 2
+    assert not (tmp_path / "out").exists()

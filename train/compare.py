@@ -40,7 +40,7 @@ import matplotlib
 import numpy as np
 
 from train import metrics, results
-from train.arguments import ArgumentParser
+from train.arguments import ArgumentParser, number_at_least
 from train.run_folder import EVAL_KEY, final_evaluation, write_beside, write_text
 
 matplotlib.use("Agg")
@@ -733,11 +733,13 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser.add_argument(
         "--point", default="pioneer", help="a run's frontier point: a role (pioneer...) or all"
     )
-    parser.add_argument("--eta", type=float, help="recompute r - eta*KL (default: as logged)")
+    parser.add_argument(
+        "--eta", type=number_at_least(0), help="recompute r - eta*KL (default: as logged)"
+    )
     parser.add_argument("--band", choices=("minmax", "std"), default="minmax")
     parser.add_argument("--baseline", help="the group the others are tested against "
                         "(a label or an algorithm; default the first group)")  # fmt: skip
-    parser.add_argument("--at_kl", type=float, nargs="+",
+    parser.add_argument("--at_kl", type=number_at_least(0), nargs="+",
                         help="held-out KLs of the matched comparison (default: 4 up to the "
                         "largest KL every seed reaches)")  # fmt: skip
     args = parser.parse_args(argv)

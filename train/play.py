@@ -17,7 +17,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from train.arguments import ArgumentParser
+from train.arguments import ArgumentParser, non_empty_text, number_at_least
 
 WIDTH = 88
 
@@ -110,12 +110,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--model", action="append", default=[], metavar="FOLDER",
                         help="seat this model (an exported agent, 'embedded', a hub id); "
                         "repeat for each seat, instead of a run")  # fmt: skip
-    parser.add_argument("--query", action="append", default=[],
+    parser.add_argument("--query", action="append", default=[], type=non_empty_text,
                         help="a query to play (repeatable); none: type them")  # fmt: skip
     parser.add_argument("--pioneer", help="the agent that answers first (default llm_0)")
     parser.add_argument("--task", help="the task that scores the answers (default the run's)")
-    parser.add_argument("--max_new_tokens", type=int, help="tokens per answer (default: the most "
-                        "the game allows)")  # fmt: skip
+    parser.add_argument("--max_new_tokens", type=number_at_least(1, integer=True),
+                        help="tokens per answer (default: the most the game allows)")  # fmt: skip
     args = parser.parse_args(argv)
     if (args.run_dir is None) == (not args.model):
         parser.error("give a run folder or --model folders (one per seat), not both or neither")
