@@ -48,6 +48,11 @@ def test_eval_every_writes_the_trajectory_and_trains_the_same(tiny_model_dir, tm
     events = EventAccumulator(str(run.path / "tensorboard"))
     events.Reload()
     assert [e.step for e in events.Scalars("eval/all/reward")] == [0, 2, 3]
+    # ... and the end-of-run summary, as the other trackers get it.
+    assert [e.value for e in events.Scalars("summary/iterations")] == [3.0]
+    assert events.Scalars("summary/held_out_reward")[0].value == pytest.approx(
+        rows[-1]["eval/all/reward"], rel=1e-6
+    )
 
 
 def test_a_resumed_run_keeps_its_evaluations_and_pairs_with_its_base(tiny_model_dir, tmp_path):

@@ -31,12 +31,14 @@ def train_reporting_to(tracker, model_dir, run_dir, env):
     flags = ["--preset", "smoke", "--model", model_dir, "--run_dir", str(run_dir),
              "--device", "cpu", "--batch_size", "4", "--mini_batch_size", "2",
              "--iterations", "2", "--max_new_tokens", "[2, 4]", "--report_to", tracker]  # fmt: skip
+    base = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     done = subprocess.run(
         [sys.executable, str(ROOT / "train" / "cory.py"), *flags], capture_output=True,
         text=True, timeout=600, check=False,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **env},
+        env={**base, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **env},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
 
 
 def test_report_to_is_checked_before_any_model_loads(monkeypatch):
@@ -76,8 +78,11 @@ def test_mlflow_gets_config_metrics_and_summary(tiny_model_dir, tmp_path):
 
 
 @needs("wandb")
-def test_wandb_offline_gets_config_metrics_and_summary(tiny_model_dir, tmp_path):
-    train_reporting_to("wandb", tiny_model_dir, tmp_path / "run", {"WANDB_MODE": "offline"})
+def test_wandb_without_an_api_key_logs_offline_and_says_so(tiny_model_dir, tmp_path):
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine example.org login x password y\n")  # no W&B entry
+    done = train_reporting_to("wandb", tiny_model_dir, tmp_path / "run", {"NETRC": str(netrc)})
+    assert "no W&B API key" in done.stdout and "wandb sync" in done.stdout
     [log] = (tmp_path / "run" / "wandb").glob("offline-run-*/run-*.wandb")
     # The offline run's transaction log holds the records `wandb sync` would upload; its
     # keys are plain strings in it.
@@ -97,3 +102,21 @@ def test_trackio_local_store_gets_metrics_and_summary(tiny_model_dir, tmp_path):
     logs = json.loads(done.stdout.strip().splitlines()[-1])
     assert [r["step"] for r in logs if "llm_0/score" in r] == [0, 1]
     assert any(r.get("summary/iterations") == 2 for r in logs)
+
+
+def test_wandb_goes_offline_only_without_a_key_or_a_mode(tmp_path, monkeypatch):
+    from train.trackers import prepare_trackers
+
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine api.wandb.ai login user password KEY\n")
+    monkeypatch.setenv("NETRC", str(netrc))
+    assert prepare_trackers(["wandb"], tmp_path) == [] and "WANDB_MODE" not in os.environ
+    monkeypatch.setenv("NETRC", str(tmp_path / "missing"))
+    monkeypatch.setenv("WANDB_MODE", "online")  # the user's explicit choice is kept
+    assert prepare_trackers(["wandb"], tmp_path) == [] and os.environ["WANDB_MODE"] == "online"
+    monkeypatch.delenv("WANDB_MODE")
+    assert prepare_trackers(["tensorboard"], tmp_path) == []
+    [note] = prepare_trackers(["wandb"], tmp_path)
+    assert os.environ["WANDB_MODE"] == "offline" and "offline" in note

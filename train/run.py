@@ -24,7 +24,7 @@ from train.health import Band
 from train.loop import make_game, train
 from train.run_folder import RunDirectory, check_run_path
 from train.summary import run_summary, summary_values
-from train.trackers import Trackers
+from train.trackers import Trackers, prepare_trackers
 
 
 def make_accelerator(config: TrainConfig) -> Any:
@@ -182,14 +182,20 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
             print(f"nothing to do: {run_path} has done {done} iterations and --iterations is "
                   f"{config.iterations}; raise --iterations to train further")  # fmt: skip
             return None
+    if processes.is_main:
+        for note in prepare_trackers(config.report_to, run_path):
+            print(note)
     game, learners = build_game_and_learners(config, accelerator)
     trackers = Trackers(config, run_path) if processes.is_main else None
     run = train(config, learners, game, run_path, resume_dir is not None, processes,
                 callbacks=[trackers] if trackers is not None else [])  # fmt: skip
     if run is not None:
-        print(run_summary(run.path, Band(config.health_approx_kl, config.health_clipfrac)))
+        summary = run_summary(run.path, Band(config.health_approx_kl, config.health_clipfrac))
+        print(summary)
+        values = summary_values(run.path)
+        run.log_summary(values, summary, config.iterations - 1)
         if trackers is not None:
-            trackers.finish(summary_values(run.path))
+            trackers.finish(values)
     return run
 
 

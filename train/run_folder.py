@@ -130,9 +130,20 @@ class RunDirectory:
                 ]
                 write_text(file, "".join(r + "\n" for r in rows))
 
+    def log_summary(self, values: dict[str, float], text: str, step: int) -> None:
+        """The end-of-run summary to TensorBoard: ``summary/*`` scalars and its text."""
+        if not self.writes_tensorboard:
+            return
+        self.first_iteration = 0  # a writer opened after the run must purge nothing
+        for key, value in values.items():
+            self.tensorboard.add_scalar(f"summary/{key}", value, step)
+        self.tensorboard.add_text("summary", f"```\n{text}\n```", step)
+        self.close()
+
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+            self._tb = None
 
 
 def base_evaluation(path: Path) -> dict[str, Any] | None:

@@ -13,8 +13,11 @@ a local file store such as ``file:./mlruns`` also needs ``MLFLOW_ALLOW_FILE_STOR
 from __future__ import annotations
 
 import importlib.util
+import netrc
+import os
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from cory_env import checks
 from train.loop import Callback
@@ -41,6 +44,35 @@ def check_report_to(report_to: Any) -> None:
             raise checks.SettingError(
                 f"report_to: {name} is not installed; pip install {package} (or drop {name})"
             )
+
+
+def wandb_has_key() -> bool:
+    """Whether W&B can log in without a prompt: ``WANDB_API_KEY``, or the host's entry in
+    the netrc file ``wandb login`` writes (``NETRC`` or ``~/.netrc``)."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname
+    try:
+        return netrc.netrc(os.environ.get("NETRC")).authenticators(host or "") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def prepare_trackers(report_to: list[str], run_path: Path) -> list[str]:
+    """What each tracker needs, settled before any model loads; returns the notes to print.
+
+    W&B with no API key would stop the run after setup with wandb's traceback ("No API key
+    configured"); it logs offline instead (``WANDB_MODE=offline``), into the run folder, to
+    be sent later with ``wandb sync``. An explicit ``WANDB_MODE`` is left as it is."""
+    notes = []
+    if "wandb" in report_to and not os.environ.get("WANDB_MODE") and not wandb_has_key():
+        os.environ["WANDB_MODE"] = "offline"
+        notes.append(
+            f"report_to wandb: no W&B API key (WANDB_API_KEY or `wandb login`), so W&B logs "
+            f"offline into {Path(run_path) / 'wandb'}; send it later with `wandb sync "
+            f"{Path(run_path) / 'wandb'}/offline-run-*`"
+        )
+    return notes
 
 
 def flat_settings(values: dict[str, Any], prefix: str = "") -> dict[str, Any]:
