@@ -54,7 +54,12 @@ def test_every_agent_plays_every_role_beside_the_reference(cory_run, capsys):
     md = (cory_run / "eval.md").read_text()
     assert "| model | agent | role | answers | reward | 95% CI | reward - base |" in md
     assert "| trained | llm_1 | observer |" in md and "distinct-2 (pooled 64)" in md
-    assert md.splitlines()[0] in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert md.splitlines()[0] in out
+    # The size is said before the first batch, then a bar counts the batches with the time left.
+    size = ("evaluation: 5 held-out queries x 2 samples = 10 answers per role order, 2 role "
+            "orders, 2 models: 8 batches of 5 games")  # fmt: skip
+    assert size in err and err.index(size) < err.index("evaluating") and "8/8" in err
 
 
 def test_eval_json_records_every_answer_and_its_summaries_recompute(cory_run):

@@ -351,6 +351,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "sample_every": 1,
         "checkpoint_every": 2,
         "n_samples": 2,
+        # a quick held-out evaluation (the run summary's next step): 16 queries x 2 samples
+        "eval_queries": 16,
+        "eval_samples": 2,
         "learner": {
             "mini_batch_size": 8,
             "ppo_epochs": 2,

@@ -21,6 +21,7 @@ import dataclasses
 import gc
 import itertools
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -165,7 +166,7 @@ def play_seats(
     """Seat ``players`` and play the evaluation set: every seat in every role. Returns the
     config, the answers (model ``trained``) and the evaluator."""
     from train.checkpoint import find_checkpoint
-    from train.evaluate import Evaluator
+    from train.evaluate import Evaluator, progress_bar
     from train.run import build_game_and_learners
 
     options = options or {}
@@ -183,7 +184,10 @@ def play_seats(
         seed=options.get("seed") or config.eval_seed,
         max_queries=options.get("max_queries") or config.eval_queries,
     )  # fmt: skip
-    answers, _, _, _ = evaluator.play(learners, report.TRAINED, 0)
+    print(evaluator.size_line(), file=sys.stderr, flush=True)
+    desc = " vs ".join(player.label for player in players.values())
+    with progress_bar(evaluator.n_batches, desc=desc) as bar:
+        answers, _, _, _ = evaluator.play(learners, report.TRAINED, 0, bar)
     return config, answers, evaluator
 
 

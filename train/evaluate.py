@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from agents.base import CommonNoise, Exportable
 from cory_env.tasks import held_out_split
@@ -98,6 +100,23 @@ class Evaluator:
         self.game = make_game(config, tokenizers, task=game.task, group_size=1, batch_size=size)
         self.checked = _answer_checked(self.game)
 
+    @property
+    def n_batches(self) -> int:
+        """Batches one model plays: every batch of the set in every role order."""
+        return self.game.n_agents * len(self.batches)
+
+    def size_line(self, models: int = 1) -> str:
+        """What one evaluation plays, said before it starts."""
+        es = self.eval_set
+        orders = self.game.n_agents
+        return (
+            f"evaluation: {len(es.texts)} held-out queries x {es.samples} samples = "
+            f"{len(es.texts) * es.samples} answers per role order, {orders} role order"
+            f"{'s' if orders > 1 else ''}, {models} model{'s' if models > 1 else ''}: "
+            f"{models * self.n_batches} batches of {self.game.batch_size} games "
+            f"(--max_queries and --samples make it smaller)"
+        )
+
     def describe(self) -> dict[str, Any]:
         return {
             "held_out": {
@@ -108,11 +127,12 @@ class Evaluator:
         }  # fmt: skip
 
     def play(
-        self, learners: dict[str, Any], model: str, show: int = 3
+        self, learners: dict[str, Any], model: str, show: int = 3, progress: Any = None
     ) -> tuple[dict[str, list[Any]], list[dict[str, Any]], list[float], bool]:
         """Every answer of ``learners`` to the set, in every role; the first ``show``
         exchanges of each role rotation; the MoE score per game (two value heads); and
-        whether every learner drew with the set's common random numbers."""
+        whether every learner drew with the set's common random numbers. ``progress``, a
+        tqdm bar, advances by one per batch."""
         from train.loop import batch_samples
 
         answers = report.empty_answers()
@@ -125,6 +145,8 @@ class Evaluator:
                     moe += self._play_batch(learners, model, shift * period, items, answers)
                     if number == 0:
                         shown += batch_samples(self.game, min(show, len(items)))
+                    if progress is not None:
+                        progress.update(1)
         finally:
             for learner in learners.values():
                 if isinstance(learner, CommonNoise):
@@ -279,19 +301,27 @@ def evaluate(
         warnings.warn(f"evaluating on training queries: {evaluator.note}", stacklevel=2)
     todo = ([report.REFERENCE] if reference else []) + ([report.TRAINED] if run_dir else [])
     tables, shown, moe, common = [], {}, {}, True
-    for model in todo:
-        if model == report.TRAINED:
-            load_learners(run_dir, learners)
-        answers, shown[model], scores, same = evaluator.play(learners, model, show)
-        tables.append(answers)
-        common = common and same
-        if config.algorithm == "moe" and scores:
-            moe[model] = float(np.mean(scores))
+    print(evaluator.size_line(len(todo)), file=sys.stderr, flush=True)
+    with progress_bar(len(todo) * evaluator.n_batches) as bar:
+        for model in todo:
+            if model == report.TRAINED:
+                load_learners(run_dir, learners)
+            answers, shown[model], scores, same = evaluator.play(learners, model, show, bar)
+            tables.append(answers)
+            common = common and same
+            if config.algorithm == "moe" and scores:
+                moe[model] = float(np.mean(scores))
     return build_result(
         evaluator, config, report.concat(*tables), run_dir=run_dir, samples=shown, moe=moe,
         common=common, etas=etas, updates=_checkpoint_updates(run_dir),
         reference_is=reference_kinds(learners) if reference else None,
     )  # fmt: skip
+
+
+def progress_bar(batches: int, desc: str = "evaluating") -> Any:
+    """The evaluation's bar: batches done, their rate and the time left (tqdm's estimate
+    from the batches so far)."""
+    return tqdm(total=batches, desc=desc, unit="batch", dynamic_ncols=True)
 
 
 def reference_kinds(learners: dict[str, Any]) -> dict[str, str]:
