@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import re
 
 import pytest
 
@@ -59,9 +61,13 @@ def test_a_run_s_agent_in_another_seat_answers_as_it_does_in_its_own_run(two_run
     assert saved["seats"] == result["seats"]
 
 
-def test_cross_play_writes_a_matrix_of_every_pairing(two_runs, tmp_path):
+def test_cross_play_writes_a_matrix_of_every_pairing(two_runs, tmp_path, capsys):
     out = tmp_path / "matrix"
     [result] = ev.main(["--cross_play", str(two_runs[0]), "--out", str(out), *FEW])
+    # Each of the 6 pairs played in a process of its own, none in this one: memory cannot
+    # grow with the number of pairs.
+    pids = re.findall(r"peaked at \d+ MB \(process (\d+)\)", capsys.readouterr().out)
+    assert len(pids) == len(set(pids)) == 6 and str(os.getpid()) not in pids
     players = [f"{two_runs[0]}:llm_0", f"{two_runs[0]}:llm_1", BASE]
     cells = {(c["pioneer"], c["observer"]): c for c in result["cross_play"]}
     assert set(cells) == {(p, o) for p in players for o in players}
