@@ -227,13 +227,13 @@ def cross_play(
     template = template_config(players)
     cells: list[dict[str, Any]] = []
     spawn = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=1, mp_context=spawn, max_tasks_per_child=1) as pool:
-        for a, b in itertools.combinations_with_replacement(range(len(players)), 2):
-            seats = {"llm_0": players[a], "llm_1": players[b]}
-            print(f"cross-play: {players[a].label} with {players[b].label}", flush=True)
+    for a, b in itertools.combinations_with_replacement(range(len(players)), 2):
+        seats = {"llm_0": players[a], "llm_1": players[b]}
+        print(f"cross-play: {players[a].label} with {players[b].label}", flush=True)
+        with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:  # a fresh one a pair
             pair, peak_mb, pid = pool.submit(pair_cells, seats, template, options).result()
-            print(f"cross-play: that pair peaked at {peak_mb:.0f} MB (process {pid})", flush=True)
-            cells += pair
+        print(f"cross-play: that pair peaked at {peak_mb:.0f} MB (process {pid})", flush=True)
+        cells += pair
     order = {p.label: i for i, p in enumerate(players)}
     unique = {(c["pioneer"], c["observer"]): c for c in cells}  # a player with itself: once
     return sorted(unique.values(), key=lambda c: (order[c["pioneer"]], order[c["observer"]]))
