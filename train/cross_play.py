@@ -163,10 +163,13 @@ def template_config(players: list[Player], task: str | None = None) -> Any:
 
 
 def play_seats(
-    players: dict[str, Player], template: Any, options: dict[str, Any] | None = None
+    players: dict[str, Player],
+    template: Any,
+    options: dict[str, Any] | None = None,
+    model: str = report.TRAINED,
 ) -> tuple[Any, dict[str, list[Any]], Any]:
     """Seat ``players`` and play the evaluation set: every seat in every role. Returns the
-    config, the answers (model ``trained``) and the evaluator."""
+    config, the answers (labelled ``model``) and the evaluator."""
     from train.checkpoint import find_checkpoint
     from train.evaluate import Evaluator, progress_bar
     from train.run import build_game_and_learners
@@ -189,7 +192,7 @@ def play_seats(
     print(evaluator.size_line(), file=sys.stderr, flush=True)
     desc = " vs ".join(player.label for player in players.values())
     with progress_bar(evaluator.n_batches, desc=desc) as bar:
-        answers, _, _, _ = evaluator.play(learners, report.TRAINED, 0, bar)
+        answers, _, _, _ = evaluator.play(learners, model, 0, bar)
     return config, answers, evaluator
 
 

@@ -82,12 +82,18 @@ class TrainingEvaluations:
         write_eval(self.folder, result, stem(updates))
         if updates == 0:
             self.base = answers
-        row: dict[str, Any] = {"iteration": updates - 1, EVAL_KEY: updates}
-        for point, numbers in result["summary"][model].items():
-            for name in ROW_NUMBERS:
-                if numbers.get(name) is not None:
-                    row[f"eval/{point}/{name}"] = numbers[name]
-            if "reward_minus_base" in numbers:
-                row[f"eval/{point}/reward_minus_base"] = numbers["reward_minus_base"]["mean"]
+        row = metrics_row(result, model, updates)
         row["time/eval_s"] = time.perf_counter() - t0
         return row
+
+
+def metrics_row(result: dict[str, Any], model: str, updates: int) -> dict[str, Any]:
+    """The ``metrics.jsonl`` row of one evaluation along a run (``eval/<point>/<number>``)."""
+    row: dict[str, Any] = {"iteration": updates - 1, EVAL_KEY: updates}
+    for point, numbers in result["summary"][model].items():
+        for name in ROW_NUMBERS:
+            if numbers.get(name) is not None:
+                row[f"eval/{point}/{name}"] = numbers[name]
+        if "reward_minus_base" in numbers:
+            row[f"eval/{point}/reward_minus_base"] = numbers["reward_minus_base"]["mean"]
+    return row

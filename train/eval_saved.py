@@ -1,0 +1,114 @@
+"""Held-out evaluations of model folders saved along a run made elsewhere, as a run folder.
+
+python -m train.eval_saved SAVED --like RUN --seed 0 --out DIR
+
+``SAVED`` holds ``updates_<n>/llm_<i>`` plain model folders (what the official loop of
+the peers writes with ``--save_every``). Each ``updates_<n>`` is played on the held-out set
+of the run ``RUN`` (same task, game, samples, budgets and sampling uniforms), every seat in
+every role, exactly as ``--eval_every`` evaluates a run of ours: ``updates_000000`` is the
+``reference`` that every later evaluation is paired with, and each folder's KL is measured
+against ``RUN``'s base model. ``DIR`` then reads like one of our runs to
+``train/compare.py``: ``config.yaml`` (``RUN``'s, with ``--seed``), ``evals/`` and the
+evaluation rows of ``metrics.jsonl``; ``source.json`` says where the folders came from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from cory_env.checks import SettingError
+from train import eval_report as report
+from train.arguments import ArgumentParser
+from train.eval_along import EVALS_DIR, metrics_row, stem
+from train.run_folder import load_run_config, write_text
+
+SAVED_PATTERN = re.compile(r"updates_(\d+)")
+
+
+def saved_updates(saved: Path) -> dict[int, Path]:
+    """``updates_<n>`` folders of ``saved`` by n; the first must be the base (n = 0)."""
+    found = {
+        int(m.group(1)): path
+        for path in sorted(Path(saved).iterdir())
+        if path.is_dir() and (m := SAVED_PATTERN.fullmatch(path.name))
+    }
+    if 0 not in found:
+        raise SettingError(
+            f"{saved}: no updates_000000 folder (the models before the first update), which "
+            "every later evaluation is paired with; save it (official_loop.py --save_every N "
+            f"does) and run again. Found: {sorted(found) or 'no updates_<n> folders'}"
+        )
+    return dict(sorted(found.items()))
+
+
+def seats_of(folder: Path, agents: list[str]) -> dict[str, Any]:
+    """The players of one ``updates_<n>`` folder: one model folder per agent of the run."""
+    from train.cross_play import Player
+
+    missing = [agent for agent in agents if not (folder / agent / "config.json").is_file()]
+    if missing:
+        raise SettingError(
+            f"{folder}: no model folder for {missing} (the run to evaluate like has agents "
+            f"{agents}); pass --like a run of the same game"
+        )
+    return {agent: Player(str(folder / agent), model=str(folder / agent)) for agent in agents}
+
+
+def evaluate_saved(
+    saved: Path, like: Path, out: Path, seed: int, options: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Evaluate every ``updates_<n>`` of ``saved`` as ``like`` evaluates its own; the rows."""
+    from train.cross_play import play_seats
+    from train.evaluate import build_result, write_eval
+
+    template = load_run_config(like, {"device": "cpu"})
+    folders = saved_updates(saved)
+    out = Path(out)
+    (out / EVALS_DIR).mkdir(parents=True, exist_ok=True)
+    template.seed, template.run_dir = seed, str(out)
+    template.save(out / "config.yaml")
+    log = Path(saved) / "log.jsonl"
+    if log.is_file():
+        shutil.copyfile(log, out / "log.jsonl")
+    source = {"saved": str(saved), "like": str(like), "updates": sorted(folders)}
+    write_text(out / "source.json", json.dumps(source, indent=1) + "\n")
+    rows, base = [], None
+    for updates, folder in folders.items():
+        model = report.REFERENCE if updates == 0 else report.TRAINED
+        seats = seats_of(folder, list(template.agents))
+        config, answers, evaluator = play_seats(seats, template, options, model=model)
+        result = build_result(
+            evaluator, config, answers, run_dir=out, updates=updates, base=base, common=True
+        )
+        result["seats"] = {seat: player.label for seat, player in seats.items()}
+        result["references"] = dict(config.references or {})
+        write_eval(out / EVALS_DIR, result, stem(updates))
+        base = answers if updates == 0 else base
+        rows.append(metrics_row(result, model, updates))
+        write_text(out / "metrics.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
+        print(f"updates {updates}: {_headline(rows[-1])}", flush=True)
+    return rows
+
+
+def _headline(row: dict[str, Any]) -> str:
+    reward, kl = row.get("eval/all/reward"), row.get("eval/all/kl")
+    return f"held-out reward {reward:.3f}, KL {kl:.3f} (all roles)" if reward is not None else ""
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("saved", type=Path, help="folder of updates_<n>/llm_<i> model folders")
+    parser.add_argument("--like", type=Path, required=True,
+                        help="a run folder of ours whose game and held-out set to use")  # fmt: skip
+    parser.add_argument("--seed", type=int, required=True, help="the seed the saved run used")
+    parser.add_argument("--out", type=Path, required=True, help="the run-like folder to write")
+    args = parser.parse_args(argv)
+    return evaluate_saved(args.saved, args.like, args.out, args.seed)
+
+
+if __name__ == "__main__":
+    main()
