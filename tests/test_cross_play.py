@@ -122,7 +122,9 @@ def test_a_seated_folder_s_kl_is_measured_against_its_base(two_runs, tmp_path, t
     assert min(by_agent["llm_1"]) > 0
 
 
-def test_folders_saved_elsewhere_are_evaluated_as_a_run_of_ours(two_runs, tmp_path, tiny_model_dir):
+def test_folders_saved_elsewhere_are_evaluated_as_a_run_of_ours(
+    two_runs, tmp_path, tiny_model_dir, monkeypatch
+):
     """A loop that saved plain model folders along training (the official loop's
     ``--save_every``) becomes a run folder that compare.py reads: the first folder is the
     reference (KL 0 for the base's own weights), later ones are paired with it."""
@@ -139,13 +141,19 @@ def test_folders_saved_elsewhere_are_evaluated_as_a_run_of_ours(two_runs, tmp_pa
         shutil.copytree(exported[agent], saved / "updates_000002" / agent)
         (saved / "updates_000002" / agent / "cory_export.json").unlink()  # trained elsewhere
     out = tmp_path / "official"
-    rows = evaluate_saved(saved, two_runs[0], out, seed=7, options={"samples": 1,
-                                                                      "max_queries": 3})
+    few = {"samples": 1, "max_queries": 3}
+    rows = evaluate_saved(saved, two_runs[0], out, seed=7, options=few)
     assert [row["eval/updates"] for row in rows] == [0, 2]
     assert abs(rows[0]["eval/all/kl"]) < 1e-6 and rows[1]["eval/all/kl"] > 0
     assert "eval/all/reward_minus_base" in rows[1]
     run = load_run(out)
     assert run.config["seed"] == 7 and run.config["algorithm"] == "cory"
     assert [t[0] for t in trajectory(run, "all")] == [0, 2]
+
+    def no_play(*args, **kwargs):
+        raise AssertionError("an evaluation already written was played again")
+
+    monkeypatch.setattr("train.cross_play.play_seats", no_play)
+    assert evaluate_saved(saved, two_runs[0], out, seed=7, options=few) == rows
     with pytest.raises(SettingError, match="updates_000000"):
         evaluate_saved(saved / "updates_000002", two_runs[0], tmp_path / "x", seed=0)

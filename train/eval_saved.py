@@ -10,6 +10,8 @@ every role, exactly as ``--eval_every`` evaluates a run of ours: ``updates_00000
 against ``RUN``'s base model. ``DIR`` then reads like one of our runs to
 ``train/compare.py``: ``config.yaml`` (``RUN``'s, with ``--seed``), ``evals/`` and the
 evaluation rows of ``metrics.jsonl``; ``source.json`` says where the folders came from.
+An evaluation already in ``DIR`` is read back, not played again, so a later call picks up
+where an earlier one stopped, or follows a run that is still saving.
 """
 
 from __future__ import annotations
@@ -79,6 +81,12 @@ def evaluate_saved(
     rows, base = [], None
     for updates, folder in folders.items():
         model = report.REFERENCE if updates == 0 else report.TRAINED
+        done = out / EVALS_DIR / f"{stem(updates)}.json"
+        if done.is_file():  # evaluated by an earlier call: a run still saving is resumed
+            result = json.loads(done.read_text())
+            base = result["answers"] if updates == 0 else base
+            rows.append(metrics_row(result, model, updates))
+            continue
         seats = seats_of(folder, list(template.agents))
         config, answers, evaluator = play_seats(seats, template, options, model=model)
         result = build_result(
