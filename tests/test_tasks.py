@@ -21,7 +21,12 @@ from cory_env.tasks import (
     registry,
     task_needs_tokenizer,
 )
-from cory_env.tasks.arith import EXAMPLE, generate_arith_problems
+from cory_env.tasks.arith import (
+    EQUATION_EXAMPLES,
+    EXAMPLE,
+    WORD_EXAMPLES,
+    generate_arith_problems,
+)
 from cory_env.tasks.gsm8k import EXAMPLE_ANSWER, EXAMPLE_QUESTION, load_fixture
 from cory_env.tasks.imdb import OBSERVER_TEMPLATE, load_openings
 
@@ -587,9 +592,32 @@ def test_arith_task_prompts_and_reward() -> None:
     assert task.score(task.queries[:1], [" The answer is 1000."]) == [0.0]
 
 
+def test_arith_shots_put_solved_examples_before_the_query() -> None:
+    words = make_task("arith", n_queries=4, shots=3)
+    query = words.queries[0]
+    assert words.prompt(0, query, []) == "".join(WORD_EXAMPLES[:3]) + f"Q: {query.text}\nA:"
+    assert words.prompt(1, query, ["7"]).endswith(f"Q: {query.text}\nReference answer: 7\nA:")
+    assert words.context_length == 192 + 2 * 48
+    bare = make_task("arith", n_queries=4, style="equation")
+    assert bare.prompt(0, bare.queries[0], []) == f"{bare.queries[0].text}="
+    equations = make_task("arith", n_queries=4, style="equation", shots=2)
+    text = equations.queries[0].text
+    assert equations.prompt(0, equations.queries[0], []) == f"2+3=5\n9-4=5\n{text}="
+    assert equations.prompt(1, equations.queries[0], ["7"]) == f"2+3=5\n9-4=5\n{text}[7]="
+    assert equations.context_length == 16 + 2 * 8
+    for example in WORD_EXAMPLES[1:]:  # the later examples follow the generator's template
+        question, answer = example.split("\nA:")
+        assert _solve(question.removeprefix("Q: "))[0] == int(answer.split()[-1].rstrip("."))
+    sums = [re.fullmatch(r"(\d+)([+-])(\d+)=(\d+)\n", e).groups() for e in EQUATION_EXAMPLES]
+    assert all(int(a) + (int(b) if op == "+" else -int(b)) == int(c) for a, op, b, c in sums)
+    assert make_task("arith", n_queries=4, shots=0).prompt(0, query, []) == (f"Q: {query.text}\nA:")
+
+
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
+        ({"shots": 5}, "shots must be an integer from 0 to 4, got 5"),
+        ({"shots": -1}, "shots must be an integer >= 0, got -1"),
         ({"n_queries": 0}, "n_queries must be an integer >= 1, got 0"),
         ({"max_operand": -1}, "max_operand must be an integer >= 1, got -1"),
         ({"n_steps": 1.5}, "n_steps must be an integer >= 1, got 1.5"),

@@ -18,6 +18,7 @@ policies.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,18 @@ OPERATIONS = ("+", "-", "*")
 EXAMPLE = (
     "Q: Tom has 2 apples and gets 3 more. How many apples does Tom have?\nA: The answer is 5.\n"
 )
+WORD_EXAMPLES = (
+    EXAMPLE,
+    "Q: Mia had 9 coins. Then Mia spent 4 coins at the shop. How many coins does Mia have "
+    "now?\nA: The answer is 5.\n",
+    "Q: There were 6 birds on a tree. Then 7 more birds landed on the tree. How many birds are "
+    "on the tree now?\nA: The answer is 13.\n",
+    "Q: A tank had 4 fish. Then Ana added 2 more fish to the tank. How many fish are in the "
+    "tank now?\nA: The answer is 6.\n",
+)
+EQUATION_EXAMPLES = ("2+3=5\n", "9-4=5\n", "6+7=13\n", "4+2=6\n")
+"""Solved examples put before the query (``shots``), written for this project; the same
+sums in both styles. The words style shows one by default, the equation style none."""
 
 
 @dataclass(frozen=True)
@@ -198,25 +211,29 @@ def generate_arith_problems(
     return problems
 
 
-def arith_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
-    """Short one-shot prompt; observers also see the earlier answers they are given, one
-    ``Reference answer: ...`` line each (in order) before ``A:``."""
+def arith_prompt(role: int, query: Query, earlier: Sequence[str], shots: int = 1) -> str:
+    """Short few-shot prompt (``shots`` worked examples, one by default); observers also see
+    the earlier answers they are given, one ``Reference answer: ...`` line each (in order)
+    before ``A:``."""
+    examples = "".join(WORD_EXAMPLES[:shots])
     if role == 0:
-        return f"{EXAMPLE}Q: {query.text}\nA:"
+        return f"{examples}Q: {query.text}\nA:"
     if not earlier:
         raise ValueError(f"arith prompt for role {role} needs an earlier response; got none")
     references = "".join(f"Reference answer: {answer.strip()}\n" for answer in earlier)
-    return f"{EXAMPLE}Q: {query.text}\n{references}A:"
+    return f"{examples}Q: {query.text}\n{references}A:"
 
 
-def arith_equation_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
+def arith_equation_prompt(role: int, query: Query, earlier: Sequence[str], shots: int = 0) -> str:
     """Compact prompt of the equation style: ``3+4=`` for the pioneer; an observer sees each
-    earlier answer it is given in brackets, in order: ``3+4[7]=`` (``3+4[7][8]=``)."""
+    earlier answer it is given in brackets, in order: ``3+4[7]=`` (``3+4[7][8]=``). With
+    ``shots``, that many solved sums come first, one a line (``2+3=5\n3+4=``)."""
+    examples = "".join(EQUATION_EXAMPLES[:shots])
     if role == 0:
-        return f"{query.text}="
+        return f"{examples}{query.text}="
     if not earlier:
         raise ValueError(f"arith prompt for role {role} needs an earlier response; got none")
-    return query.text + "".join(f"[{answer.strip()}]" for answer in earlier) + "="
+    return examples + query.text + "".join(f"[{answer.strip()}]" for answer in earlier) + "="
 
 
 HELD_OUT_SEED_OFFSET = 1
@@ -241,6 +258,7 @@ def make_arith_task(
     max_new_tokens: int | tuple[int, int] | None = None,
     context_length: int | None = None,
     style: str = "words",
+    shots: int | None = None,
 ) -> Task:
     """Generated arithmetic word problems scored by the GSM8K answer checker.
 
@@ -250,7 +268,25 @@ def make_arith_task(
     ``style="equation"``: the same problems as bare expressions with the compact prompts of
     :func:`arith_equation_prompt`; responses are expected as just the number. The budget and
     context default to 24 and 192 tokens for words, 4 and 16 for equations.
+
+    ``shots``: how many solved examples come before the query (words: 1 by default, up to
+    4; equations: none by default, up to 4); each example beyond the default adds 48 tokens
+    of context for words and 8 for equations. A lever on the base model's pass@1 as much as
+    the difficulty is.
     """
+    style = checks.choice(style, "style", STYLES, where=WHERE)
+    equation = style == "equation"
+    default_shots = 0 if equation else 1
+    shots = default_shots if shots is None else shots
+    shots = checks.integer(shots, "shots", minimum=0, where=WHERE)
+    if shots > len(WORD_EXAMPLES):
+        raise checks.fail(
+            "shots",
+            f"an integer from 0 to {len(WORD_EXAMPLES)}",
+            shots,
+            WHERE,
+            f"the task has {len(WORD_EXAMPLES)} solved examples",
+        )
     queries = generate_arith_problems(
         n_queries,
         max_operand=max_operand,
@@ -259,16 +295,17 @@ def make_arith_task(
         seed=seed,
         style=style,
     )
-    equation = style == "equation"
     if max_new_tokens is None:
         max_new_tokens = EQUATION_MAX_NEW_TOKENS if equation else 24
     if context_length is None:
-        context_length = EQUATION_CONTEXT_LENGTH if equation else 192
+        extra = max(shots - default_shots, 0) * (8 if equation else 48)
+        context_length = (EQUATION_CONTEXT_LENGTH if equation else 192) + extra
+    prompt = arith_equation_prompt if equation else arith_prompt
     return Task(
         name="arith",
         queries=queries,
         reward_fn=AnswerCheckReward(),
-        prompt_fn=arith_equation_prompt if equation else arith_prompt,
+        prompt_fn=prompt if shots == default_shots else functools.partial(prompt, shots=shots),
         max_new_tokens=max_new_tokens,
         context_length=context_length,
         metadata={
@@ -277,5 +314,6 @@ def make_arith_task(
             "operations": tuple(operations),
             "seed": seed,
             "style": style,
+            "shots": shots,
         },
     )
