@@ -236,7 +236,7 @@ def cross_play(
         with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as pool:  # a fresh one a pair
             pair, peak_mb, pid = pool.submit(pair_cells, seats, template, options).result()
         print(f"cross-play: that pair peaked at {peak_mb:.0f} MB (process {pid})", flush=True)
-        cells += pair
+        cells += [{**cell, "peak_mb": peak_mb} for cell in pair]
     order = {p.label: i for i, p in enumerate(players)}
     unique = {(c["pioneer"], c["observer"]): c for c in cells}  # a player with itself: once
     return sorted(unique.values(), key=lambda c: (order[c["pioneer"]], order[c["observer"]]))

@@ -1,0 +1,72 @@
+"""Whether cross-play's memory grows with the number of pairs: 21 pairs against 3.
+
+Trains three smoke runs of the repository it is started in (two CORY, one PPO: five
+agents), then plays cross-play twice, each time in a fresh process: the PPO agent and the
+base model (2 players, 3 pairs), and all five agents and the base model (6 players, 21
+pairs). Each pair plays in a process of its own (``train/cross_play.py``), so the machine's
+peak is the parent's peak plus the largest pair's; it prints both for each size and the
+ratio of the totals, measured in this one run.
+
+    python bench/bench_cross_play_memory.py [--queries 4] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PLAY = """
+import json, sys
+from train.cross_play import cross_play, run_players
+from train.memory import rss_peak_mb
+items, queries = json.loads(sys.argv[1]), int(sys.argv[2])
+cells = cross_play(run_players(items), {"samples": 1, "max_queries": queries})
+pairs = {(c["pioneer"], c["observer"]) for c in cells}
+print(json.dumps({"pairs": len({frozenset(p) for p in pairs}), "parent_mb": rss_peak_mb(),
+                  "pair_mb": max(c["peak_mb"] for c in cells)}))
+"""
+
+
+def train_smoke(algorithm: str, seed: int, run_dir: Path) -> Path:
+    command = [sys.executable, f"train/{algorithm}.py", "--preset", "smoke", "--seed", str(seed),
+               "--report_to", "none", "--run_dir", str(run_dir)]  # fmt: skip
+    subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return run_dir
+
+
+def play(items: list[str], queries: int) -> dict[str, float]:
+    command = [sys.executable, "-c", PLAY, json.dumps(items), str(queries)]
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--queries", type=int, default=4, help="held-out queries per pair")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                            text=True, check=False).stdout.strip()  # fmt: skip
+    with tempfile.TemporaryDirectory() as out:
+        cory = [train_smoke("cory", seed, Path(out) / f"cory-{seed}") for seed in (0, 1)]
+        ppo = train_smoke("ppo", 0, Path(out) / "ppo-0")
+        few = play([f"{ppo}:llm_0"], args.queries)
+        many = play([str(cory[0]), str(cory[1]), f"{ppo}:llm_0"], args.queries)
+    print(f"commit {commit}: smoke agents, {args.queries} queries x 1 sample a pair")
+    print("pairs | parent peak MB | largest pair's peak MB | total MB")
+    for row in (few, many):
+        total = row["parent_mb"] + row["pair_mb"]
+        print(f"{row['pairs']} | {row['parent_mb']:.0f} | {row['pair_mb']:.0f} | {total:.0f}")
+    ratio = (many["parent_mb"] + many["pair_mb"]) / (few["parent_mb"] + few["pair_mb"])
+    print(f"total peak, {many['pairs']} pairs / {few['pairs']} pairs: {ratio:.2f}x")
+    if args.json:
+        figures = {"commit": commit, "few": few, "many": many, "ratio": ratio}
+        args.json.write_text(json.dumps(figures, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
