@@ -165,12 +165,7 @@ class LLMLearner:
         optimizer = make_adam(policy.trainable_parameters(), config.learning_rate)
         self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
         self.step_in_backward = StepInBackward(self.optimizer, policy.trainable_parameters())
-        self.kl_ctl = (
-            pm.AdaptiveKLController(config.init_kl_coef, config.kl_target, config.kl_horizon)
-            if config.adaptive_kl
-            else pm.FixedKLController(config.init_kl_coef)
-        )
-        self.score_moments = pm.RunningMoments()
+        self.kl_ctl, self.score_moments = self._fresh_kl_and_scores()
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
         self.shuffle_generator = torch.Generator().manual_seed(seed + 1)
         self.sampling = SamplingDistribution(
@@ -584,6 +579,22 @@ class LLMLearner:
             and cfg.max_grad_norm is None
             and self.accelerator.num_processes == 1
         )
+
+    def _fresh_kl_and_scores(self) -> tuple[Any, pm.RunningMoments]:
+        cfg = self.config
+        kl_ctl = (
+            pm.AdaptiveKLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
+            if cfg.adaptive_kl
+            else pm.FixedKLController(cfg.init_kl_coef)
+        )
+        return kl_ctl, pm.RunningMoments()
+
+    def restart(self) -> None:
+        """A fresh optimiser state, KL coefficient and score statistics; the weights, the
+        value head and the random streams are kept. What the official CORY code's
+        save-and-reload at each role exchange amounts to (``restart_on_exchange``)."""
+        self.optimizer.state.clear()  # Adam's moments and step counts start again lazily
+        self.kl_ctl, self.score_moments = self._fresh_kl_and_scores()
 
     # ------------------------------------------------------------------ persistence
     def export(

@@ -177,3 +177,33 @@ def test_callbacks_see_every_phase_in_order_and_every_row(tiny_model_dir, tmp_pa
     ]  # fmt: skip
     assert all(("exit", n, i) in record.events for _, n, i in record.events)
     assert [r.get("eval/updates") for r in record.rows] == [0, None, None, 2]
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_restart_on_exchange_gives_fresh_optimisers_at_each_exchange(
+    tiny_model_dir, tmp_path, monkeypatch, restart
+):
+    """The official code's save-and-reload at a role exchange, on request: every agent's
+    Adam state, KL coefficient and score statistics start again at iterations 2 and 4 of a
+    period-2 game; the weights are kept. Off (the default), nothing restarts."""
+    from agents.llm import LLMLearner
+
+    seen: list[tuple[int, float, int]] = []
+    original = LLMLearner.restart
+
+    def recording(self):
+        before = len(self.optimizer.state)
+        original(self)
+        seen.append((before, self.kl_ctl.value, len(self.optimizer.state)))
+
+    monkeypatch.setattr(LLMLearner, "restart", recording)
+    config = tiny_config(tiny_model_dir, tmp_path / "run", iterations=5, role_exchange_period=2,
+                         restart_on_exchange=restart, learner={"adaptive_kl": True})  # fmt: skip
+    run_training(config)
+    if not restart:
+        assert seen == []
+        return
+    assert len(seen) == 4  # two agents, at iterations 2 and 4
+    init = config.learner.get("init_kl_coef", PRESETS["smoke"]["learner"]["init_kl_coef"])
+    for before, kl_coef, after in seen:
+        assert before > 0 and after == 0 and kl_coef == pytest.approx(init)

@@ -104,6 +104,10 @@ class TrainConfig:
     health_clipfrac: float = 0.2
     """An update is healthy when its mean per-token ``approx_kl`` and ``clipfrac`` are at most
     these (train/health.py); a run warns when more than a quarter of its updates are not."""
+    restart_on_exchange: bool = False
+    """At each role exchange, give every agent a fresh optimiser, KL coefficient and score
+    statistics, as the official CORY code's save-and-reload does (a side effect there, not
+    part of the method): for A/Bs against the official loop. Off, agents keep them."""
     learner: dict[str, Any] = field(default_factory=dict)
     """The seats' learner settings: those every LLM learner shares (``agents/llm.py``'s
     ``LLMConfig``) and each learner's own (e.g. ``ppo_epochs``, ``reset_freq``). Each seat
@@ -274,6 +278,7 @@ class TrainConfig:
         checks.choice(self.rollout_engine, "rollout_engine", ("none", "vllm"))
         checks.choice(self.allocator, "allocator", ALLOCATORS)
         checks.boolean(self.activation_checkpointing, "activation_checkpointing")
+        checks.boolean(self.restart_on_exchange, "restart_on_exchange")
         checks.boolean(self.lora, "lora")
         checks.boolean(self.load_in_4bit, "load_in_4bit")
         if self.load_in_4bit and (not self.lora or self.device == "cpu"):

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from agents.base import Learner
 from cory_env import BatchedTextGame
+from cory_env.checks import SettingError
 from train.checkpoint import CheckpointWriter, load_checkpoint
 from train.config import TrainConfig
 from train.distributed import Processes
@@ -188,6 +189,14 @@ def train(
     which writes while the next rollout plays).
     """
     processes = processes or Processes()
+    restarts, exchange_period = config.restart_on_exchange, game.settings.role_exchange_period
+    if restarts:
+        lacking = [a for a, learner in learners.items() if not hasattr(learner, "restart")]
+        if lacking:
+            raise SettingError(
+                f"restart_on_exchange: the learners of {lacking} have no restart(); "
+                "set restart_on_exchange false or seat LLM learners there"
+            )
     reset_peak_memory()  # the run's own peak, not an earlier run's in this process (a sweep)
     hooks = _Hooks(callbacks)
     main = processes.is_main
@@ -234,6 +243,9 @@ def train(
             with hooks.phase("checkpoint", iteration):
                 checkpoints.wait()  # learning changes the weights the last checkpoint writes
             with hooks.phase("learn", iteration):
+                if restarts and iteration > 0 and iteration % exchange_period == 0:
+                    for learner in learners.values():
+                        learner.restart()
                 stats = {agent: learner.learn() for agent, learner in learners.items()}
             elapsed = time.perf_counter() - t0
             row = {
