@@ -131,7 +131,7 @@ def test_folders_saved_elsewhere_are_evaluated_as_a_run_of_ours(
     import shutil
 
     from train.compare import load_run, trajectory
-    from train.eval_saved import evaluate_saved
+    from train.eval_saved import evaluate_saved, main
     from train.export import export_run
 
     exported = export_run(two_runs[0], tmp_path / "export")
@@ -155,5 +155,10 @@ def test_folders_saved_elsewhere_are_evaluated_as_a_run_of_ours(
 
     monkeypatch.setattr("train.cross_play.play_seats", no_play)
     assert evaluate_saved(saved, two_runs[0], out, seed=7, options=few) == rows
+    compact = tmp_path / "compact"
+    main([str(saved), "--like", str(two_runs[0]), "--seed", "7", "--out", str(out),
+          "--results", str(compact)])  # fmt: skip
+    assert (compact / "done.json").is_file() and (compact / "source.json").is_file()
+    assert trajectory(load_run(compact), "all") == trajectory(run, "all")
     with pytest.raises(SettingError, match="updates_000000"):
         evaluate_saved(saved / "updates_000002", two_runs[0], tmp_path / "x", seed=0)

@@ -11,7 +11,8 @@ against ``RUN``'s base model. ``DIR`` then reads like one of our runs to
 ``train/compare.py``: ``config.yaml`` (``RUN``'s, with ``--seed``), ``evals/`` and the
 evaluation rows of ``metrics.jsonl``; ``source.json`` says where the folders came from.
 An evaluation already in ``DIR`` is read back, not played again, so a later call picks up
-where an earlier one stopped, or follows a run that is still saving.
+where an earlier one stopped, or follows a run that is still saving. ``--results DEST``
+also writes the compact copy to commit (``train/results.py``), with the log and source.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from cory_env.checks import SettingError
 from train import eval_report as report
 from train.arguments import ArgumentParser
 from train.eval_along import EVALS_DIR, metrics_row, stem
+from train.results import save_results
 from train.run_folder import load_run_config, write_text
 
 SAVED_PATTERN = re.compile(r"updates_(\d+)")
@@ -114,8 +116,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         help="a run folder of ours whose game and held-out set to use")  # fmt: skip
     parser.add_argument("--seed", type=int, required=True, help="the seed the saved run used")
     parser.add_argument("--out", type=Path, required=True, help="the run-like folder to write")
+    parser.add_argument("--results", type=Path, help="also its compact results, to commit")
     args = parser.parse_args(argv)
-    return evaluate_saved(args.saved, args.like, args.out, args.seed)
+    rows = evaluate_saved(args.saved, args.like, args.out, args.seed)
+    if args.results is not None:
+        save_results(args.out, args.results)
+        for name in ("log.jsonl", "source.json"):
+            if (args.out / name).is_file():
+                shutil.copyfile(args.out / name, args.results / name)
+        print(f"compact results in {args.results}")
+    return rows
 
 
 if __name__ == "__main__":
