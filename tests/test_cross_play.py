@@ -160,5 +160,7 @@ def test_folders_saved_elsewhere_are_evaluated_as_a_run_of_ours(
           "--results", str(compact)])  # fmt: skip
     assert (compact / "done.json").is_file() and (compact / "source.json").is_file()
     assert trajectory(load_run(compact), "all") == trajectory(run, "all")
+    with pytest.raises(SettingError, match=r"no updates_<n> folder for \[3\]"):
+        evaluate_saved(saved, two_runs[0], tmp_path / "x", seed=0, updates=[3])
     with pytest.raises(SettingError, match="updates_000000"):
         evaluate_saved(saved / "updates_000002", two_runs[0], tmp_path / "x", seed=0)

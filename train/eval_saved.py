@@ -63,14 +63,27 @@ def seats_of(folder: Path, agents: list[str]) -> dict[str, Any]:
 
 
 def evaluate_saved(
-    saved: Path, like: Path, out: Path, seed: int, options: dict[str, Any] | None = None
+    saved: Path,
+    like: Path,
+    out: Path,
+    seed: int,
+    options: dict[str, Any] | None = None,
+    updates: list[int] | None = None,
 ) -> list[dict[str, Any]]:
-    """Evaluate every ``updates_<n>`` of ``saved`` as ``like`` evaluates its own; the rows."""
+    """Evaluate every ``updates_<n>`` of ``saved`` (or those of ``updates``, with 0) as
+    ``like`` evaluates its own; the rows."""
     from train.cross_play import play_seats
     from train.evaluate import build_result, write_eval
 
     template = load_run_config(like, {"device": "cpu"})
     folders = saved_updates(saved)
+    if updates is not None:
+        missing = sorted(set(updates) - set(folders))
+        if missing:
+            raise SettingError(
+                f"{saved}: no updates_<n> folder for {missing}; it has {sorted(folders)}"
+            )
+        folders = {n: path for n, path in folders.items() if n == 0 or n in updates}
     out = Path(out)
     (out / EVALS_DIR).mkdir(parents=True, exist_ok=True)
     template.seed, template.run_dir = seed, str(out)
@@ -117,8 +130,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--seed", type=int, required=True, help="the seed the saved run used")
     parser.add_argument("--out", type=Path, required=True, help="the run-like folder to write")
     parser.add_argument("--results", type=Path, help="also its compact results, to commit")
+    parser.add_argument("--updates", type=int, nargs="+", metavar="N",
+                        help="only these updates_<n> folders (and updates_000000)")  # fmt: skip
     args = parser.parse_args(argv)
-    rows = evaluate_saved(args.saved, args.like, args.out, args.seed)
+    rows = evaluate_saved(args.saved, args.like, args.out, args.seed, updates=args.updates)
     if args.results is not None:
         save_results(args.out, args.results)
         for name in ("log.jsonl", "source.json"):
