@@ -37,7 +37,7 @@ def saved_updates(saved: Path) -> dict[int, Path]:
     """``updates_<n>`` folders of ``saved`` by n; the first must be the base (n = 0)."""
     found = {
         int(m.group(1)): path
-        for path in sorted(Path(saved).iterdir())
+        for path in Path(saved).iterdir()
         if path.is_dir() and (m := SAVED_PATTERN.fullmatch(path.name))
     }
     if 0 not in found:
@@ -94,26 +94,26 @@ def evaluate_saved(
     source = {"saved": str(saved), "like": str(like), "updates": sorted(folders)}
     write_text(out / "source.json", json.dumps(source, indent=1) + "\n")
     rows, base = [], None
-    for updates, folder in folders.items():
-        model = report.REFERENCE if updates == 0 else report.TRAINED
-        done = out / EVALS_DIR / f"{stem(updates)}.json"
+    for n, folder in folders.items():
+        model = report.REFERENCE if n == 0 else report.TRAINED
+        done = out / EVALS_DIR / f"{stem(n)}.json"
         if done.is_file():  # evaluated by an earlier call: a run still saving is resumed
             result = json.loads(done.read_text())
-            base = result["answers"] if updates == 0 else base
-            rows.append(metrics_row(result, model, updates))
+            base = result["answers"] if n == 0 else base
+            rows.append(metrics_row(result, model, n))
             continue
         seats = seats_of(folder, list(template.agents))
         config, answers, evaluator = play_seats(seats, template, options, model=model)
         result = build_result(
-            evaluator, config, answers, run_dir=out, updates=updates, base=base, common=True
+            evaluator, config, answers, run_dir=out, updates=n, base=base, common=True
         )
         result["seats"] = {seat: player.label for seat, player in seats.items()}
         result["references"] = dict(config.references or {})
-        write_eval(out / EVALS_DIR, result, stem(updates))
-        base = answers if updates == 0 else base
-        rows.append(metrics_row(result, model, updates))
+        write_eval(out / EVALS_DIR, result, stem(n))
+        base = answers if n == 0 else base
+        rows.append(metrics_row(result, model, n))
         write_text(out / "metrics.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
-        print(f"updates {updates}: {_headline(rows[-1])}", flush=True)
+        print(f"updates {n}: {_headline(rows[-1])}", flush=True)
     return rows
 
 
