@@ -13,6 +13,8 @@ evaluation rows of ``metrics.jsonl``; ``source.json`` says where the folders cam
 An evaluation already in ``DIR`` is read back, not played again, so a later call picks up
 where an earlier one stopped, or follows a run that is still saving. ``--results DEST``
 also writes the compact copy to commit (``train/results.py``), with the log and source.
+The paths are recorded as given: name ``SAVED`` and ``DIR`` relative to the working tree
+(``runs/...``) so that committed results name no machine's folders.
 """
 
 from __future__ import annotations
