@@ -20,14 +20,17 @@ update is ``agents/update.py``'s.
   computes, by default the exact one), A_i = R_i - mean_{j != i} R_j, optionally normalised
   over the batch ((A - mean) / (std + 1e-4): TRL's ``normalize_advantages``, default off;
   here PPO's ``whiten_advantages``). Loss: a clipped ratio of *sequence* probabilities,
-  rho_i = exp(sum_t logp_t - sum_t logp_old_t), -min(rho A, clip(rho, 1-eps, 1+eps) A),
+  rho_i = exp(sum_t logp_t - sum_t logp_old_t), -min(rho A, clip(rho, 1-eps, 1+eps_high) A),
   mean over answers.
 - **GRPO** (Shao et al. 2024): KL enters the *loss*. A_i = (score_i - mean(group)) /
   (std(group) + 1e-4) (``scale_rewards``: group / batch / none, as TRL); per token
-  -min(r_t A, clip(r_t) A) + beta * k3_t with r_t = exp(logp_t - logp_old_t) and
-  k3_t = exp(logp_ref - logp) - (logp_ref - logp) - 1 on the current policy (so it has a
-  gradient), summed over the mini-batch's valid tokens and divided by their number (TRL's
-  default ``loss_type="dapo"``). ``whiten_advantages`` does not apply.
+  -min(w A, clip(w, 1 - eps, 1 + eps_high) A) + beta * k3_t with w = exp(logp_t -
+  logp_old_t) (or, with ``importance_sampling_level: sequence``, GSPO's one ratio per
+  answer, the exponential of its mean log-ratio) and k3_t = exp(logp_ref - logp) -
+  (logp_ref - logp) - 1 on the current policy (so it has a gradient), reduced as TRL's
+  ``loss_type`` says (``pg_math.aggregate_loss``; default ``dapo``, TRL's).
+  ``whiten_advantages`` does not apply. Both take ``epsilon_high`` (DAPO's clip-higher)
+  and ``mask_truncated_completions`` (answers without EOS leave the loss), as TRL.
 """
 
 from __future__ import annotations
@@ -56,7 +59,11 @@ class RLOOConfig(LLMConfig):
     ppo_epochs: int = 4
     """Passes over each batch (TRL's ``num_iterations``, mu)."""
     clip_range: float = 0.2
-    """TRL's ``epsilon``."""
+    """TRL's ``epsilon``: the ratio's lower clip, and its upper one unless ``epsilon_high``."""
+    epsilon_high: float | None = None
+    """The ratio's upper clip (DAPO's clip-higher suggests 0.28); None = ``clip_range``."""
+    mask_truncated_completions: bool = False
+    """Leave answers that ended without EOS (cut by their budget) out of the loss."""
 
     where = "rloo"
 
@@ -65,19 +72,37 @@ class RLOOConfig(LLMConfig):
         w = self.where
         checks.integer(self.ppo_epochs, "ppo_epochs", minimum=1, where=w)
         checks.number(self.clip_range, "clip_range", minimum=0, exclusive_min=True, where=w)
+        if self.epsilon_high is not None:
+            checks.number(self.epsilon_high, "epsilon_high", minimum=0, exclusive_min=True,
+                          where=w, hint="None = clip_range")  # fmt: skip
+        checks.boolean(self.mask_truncated_completions, "mask_truncated_completions", where=w)
+
+    @property
+    def clip_high(self) -> float:
+        return self.clip_range if self.epsilon_high is None else self.epsilon_high
 
 
 @dataclass
 class GRPOConfig(RLOOConfig):
-    """RLOO's settings plus how group advantages are scaled (TRL's ``scale_rewards``)."""
+    """RLOO's settings plus TRL's GRPO variants: how group advantages are scaled, how the
+    per-token loss is reduced and whether the ratio is per token or per answer."""
 
     scale_rewards: str = "group"
+    """``group``, ``batch`` or ``none`` (Dr. GRPO)."""
+    loss_type: str = "dapo"
+    """``grpo``, ``bnpo``, ``dr_grpo`` or ``dapo`` (TRL's default): ``pg_math.aggregate_loss``."""
+    importance_sampling_level: str = "token"
+    """``token`` (GRPO) or ``sequence`` (GSPO: one length-normalised ratio per answer)."""
 
     where = "grpo"
 
     def validate(self) -> None:
         super().validate()
-        checks.choice(self.scale_rewards, "scale_rewards", SCALE_REWARDS, where=self.where)
+        w = self.where
+        checks.choice(self.scale_rewards, "scale_rewards", SCALE_REWARDS, where=w)
+        checks.choice(self.loss_type, "loss_type", pg.LOSS_TYPES, where=w)
+        checks.choice(self.importance_sampling_level, "importance_sampling_level",
+                      pg.IMPORTANCE_SAMPLING_LEVELS, where=w)  # fmt: skip
 
 
 def needs_groups(name: str) -> Callable[[Any], None]:
@@ -109,16 +134,40 @@ class GroupAgent(LLMLearner):
         group_size: int,
         accelerator: Any = None,
         seed: int = 0,
+        eos_token_id: int | None = None,
+        max_new_tokens: int | None = None,
     ) -> None:
         if group_size < 2:
             raise checks.SettingError(f"{self.name} needs group_size >= 2, got {group_size}")
+        if config.mask_truncated_completions and eos_token_id is None:
+            raise checks.SettingError(
+                f"{self.name}: mask_truncated_completions needs the tokenizer's EOS token "
+                "to tell a finished answer from a cut one; this seat has none"
+            )
+        if getattr(config, "loss_type", None) == "dr_grpo" and not max_new_tokens:
+            raise checks.SettingError(
+                f"{self.name}: loss_type dr_grpo divides by the longest answer the game "
+                "allows, which this seat was not given (Seat.max_new_tokens)"
+            )
         super().__init__(policy, reference, config, pad_token_id, accelerator, seed)
         self.group_size = group_size
+        self.eos_token_id = eos_token_id
+        self.max_new_tokens = max_new_tokens
 
     def group_stats(self, rewards: torch.Tensor) -> dict[str, float]:
         """How often a group's answers all scored alike (no signal for that query)."""
         std = rewards.view(-1, self.group_size).std(dim=1)
         return {f"{self.name}/frac_reward_zero_std": float((std < 1e-8).float().mean())}
+
+    def loss_mask(self, ro: Any) -> tuple[torch.Tensor, dict[str, float]]:
+        """The tokens the loss counts: every valid one, or with
+        ``mask_truncated_completions`` only those of answers that ended with EOS."""
+        mask = ro.mask.float()
+        if not self.config.mask_truncated_completions:
+            return mask, {}
+        cut = pg.truncated_rows(ro.tokens, ro.mask, int(self.eos_token_id))
+        stats = {f"{self.name}/frac_truncated": float(cut.float().mean())}
+        return mask * (~cut).float()[:, None], stats
 
 
 class RLOOAgent(GroupAgent):
@@ -135,18 +184,23 @@ class RLOOAgent(GroupAgent):
         advantages = pg.rloo_advantages(rewards, self.group_size)
         if cfg.whiten_advantages:
             advantages = pg.normalize(advantages)
-        data = {**ro.batch_tensors(), "advantages": advantages}
+        loss_mask, mask_stats = self.loss_mask(ro)
+        data = {**ro.batch_tensors(), "advantages": advantages, "loss_mask": loss_mask}
 
         def rloo_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
             logprobs = self.sampled_logprobs(logits, mb)
-            seq = (logprobs * mb["mask"]).sum(dim=1, keepdim=True)
-            old = (mb["old_logprobs"] * mb["mask"]).sum(dim=1, keepdim=True)
-            loss, seq_stats = pm.policy_loss(
-                seq, old, mb["advantages"][:, None], torch.ones_like(seq), cfg.clip_range
+            seq = (logprobs * mb["loss_mask"]).sum(dim=1, keepdim=True)
+            old = (mb["old_logprobs"] * mb["loss_mask"]).sum(dim=1, keepdim=True)
+            surrogate, low, high = pg.clipped_surrogate(
+                seq - old, mb["advantages"][:, None], cfg.clip_range, cfg.clip_high
             )
+            loss = surrogate.mean()
+            seq_ratio = torch.exp((seq - old).detach())
             # The clip acts on answers; approx_kl and ratio are per token, as every learner's.
-            return loss, {"loss": loss, "clipfrac": seq_stats["clipfrac"],
-                          "seq_approx_kl": seq_stats["approx_kl"], "seq_ratio": seq_stats["ratio"],
+            return loss, {"loss": loss, "clipfrac": (low | high).float().mean(),
+                          "clipfrac_low": low.float().mean(), "clipfrac_high": high.float().mean(),
+                          "seq_approx_kl": 0.5 * ((seq - old).detach() ** 2).mean(),
+                          "seq_ratio": seq_ratio.mean(),
                           **pm.ratio_stats(logprobs, mb["old_logprobs"], mb["mask"])}  # fmt: skip
 
         stats = minibatch_update(self, data, rloo_loss, epochs=cfg.ppo_epochs, unit="answer")
@@ -154,12 +208,14 @@ class RLOOAgent(GroupAgent):
             **stats,
             **self.finish(ro, kl, beta, scores),
             **self.group_stats(rewards),
+            **mask_stats,
             "rloo/rewards_mean": float(rewards.mean()),
         }
 
 
 class GRPOAgent(GroupAgent):
-    """GRPO: group-normalised advantages, clipped token ratios, k3 KL in the loss (module doc)."""
+    """GRPO: group-normalised advantages, clipped ratios, k3 KL in the loss, reduced as
+    ``loss_type`` says (module doc)."""
 
     name = "grpo"
 
@@ -169,23 +225,48 @@ class GRPOAgent(GroupAgent):
         scores = self.scaled_rewards(ro)
         beta = float(self.kl_ctl.value)
         advantages = pg.grpo_advantages(scores, self.group_size, cfg.scale_rewards)
-        data = {**ro.batch_tensors(), "advantages": advantages, "ref_logprobs": ref_logprobs}
+        loss_mask, mask_stats = self.loss_mask(ro)
+        mean_length = self.mean_over_processes(loss_mask.sum(dim=1))  # dapo's tokens per answer
+        data = {**ro.batch_tensors(), "advantages": advantages, "ref_logprobs": ref_logprobs,
+                "loss_mask": loss_mask}  # fmt: skip
+
+        def reduce(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            return pg.aggregate_loss(per_token.expand_as(mask), mask, cfg.loss_type,
+                                     self.max_new_tokens, mean_length)  # fmt: skip
 
         def grpo_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
             own = pm.selective_log_softmax(logits, mb["tokens"])
             logprobs = own if self.sampling.is_model else self.sampled_logprobs(logits, mb)
-            adv = mb["advantages"][:, None].expand_as(logprobs)
-            pg_loss, pg_stats = pm.policy_loss(
-                logprobs, mb["old_logprobs"], adv, mb["mask"], cfg.clip_range
+            mask = mb["loss_mask"]
+            log_w = pg.importance_log_weights(
+                logprobs, mb["old_logprobs"], mask, cfg.importance_sampling_level
             )
+            surrogate, low, high = pg.clipped_surrogate(
+                log_w, mb["advantages"][:, None], cfg.clip_range, cfg.clip_high
+            )
+            clip_stats = {
+                "clipfrac": pm.masked_mean((low | high).expand_as(mask).float(), mb["mask"]),
+                "clipfrac_low": pm.masked_mean(low.expand_as(mask).float(), mb["mask"]),
+                "clipfrac_high": pm.masked_mean(high.expand_as(mask).float(), mb["mask"]),
+                **pm.ratio_stats(logprobs, mb["old_logprobs"], mb["mask"]),
+            }
+            pg_loss = reduce(surrogate, mask)
             if not self.needs_reference_pass:  # beta fixed at 0: no reference, no k3 term
-                return pg_loss, {"loss": pg_loss, "loss_policy": pg_loss, **pg_stats}
-            k3 = pm.masked_mean(pm.kl_sampled(own, mb["ref_logprobs"], "k3"), mb["mask"])
-            loss = pg_loss + beta * k3
-            return loss, {"loss": loss, "loss_policy": pg_loss, "loss_kl": k3, **pg_stats}
+                return pg_loss, {"loss": pg_loss, "loss_policy": pg_loss, **clip_stats}
+            k3 = pm.kl_sampled(own, mb["ref_logprobs"], "k3")
+            loss = reduce(surrogate + beta * k3, mask)  # TRL: KL in each token's loss
+            return loss, {"loss": loss, "loss_policy": pg_loss,
+                          "loss_kl": pm.masked_mean(k3, mb["mask"]), **clip_stats}  # fmt: skip
 
-        stats = minibatch_update(self, data, grpo_loss, epochs=cfg.ppo_epochs)
-        return {**stats, **self.finish(ro, kl, beta, scores), **self.group_stats(scores)}
+        unit = "token" if cfg.loss_type == "bnpo" else "answer"
+        stats = minibatch_update(self, data, grpo_loss, epochs=cfg.ppo_epochs, unit=unit,
+                                 weigh_micro_batches="rows", loss_mask="loss_mask")  # fmt: skip
+        return {
+            **stats,
+            **self.finish(ro, kl, beta, scores),
+            **self.group_stats(scores),
+            **mask_stats,
+        }
 
 
 def _build(cls: type[GroupAgent], seat: Seat) -> GroupAgent:
@@ -198,6 +279,8 @@ def _build(cls: type[GroupAgent], seat: Seat) -> GroupAgent:
         seat.group_size,
         seat.accelerator,
         seed=seat.seed,
+        eos_token_id=getattr(seat.tokenizer, "eos_token_id", None),
+        max_new_tokens=seat.max_new_tokens,
     )
 
 

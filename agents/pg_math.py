@@ -116,3 +116,91 @@ def grpo_advantages(
 def normalize(x: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     """(x - mean) / (std + eps) over the batch (TRL's RLOO ``normalize_advantages``)."""
     return (x - x.mean()) / (x.std() + eps)
+
+
+# --------------------------------------------------------------------------------------
+# The clipped surrogate's variants (TRL 1.x's GRPO: loss_type, epsilon_high, GSPO)
+# --------------------------------------------------------------------------------------
+
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+
+
+def importance_log_weights(
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, mask: torch.Tensor, level: str = "token"
+) -> torch.Tensor:
+    """log(pi / pi_old) per token (B, T), or per answer (B, 1) as the mean over its valid
+    tokens (GSPO, Zheng et al. 2025: a sequence ratio that does not grow with length)."""
+    log_ratio = logprobs - old_logprobs
+    if level == "token":
+        return log_ratio
+    if level == "sequence":
+        valid = mask.to(log_ratio.dtype)
+        total = torch.where(valid.bool(), log_ratio, torch.zeros_like(log_ratio)).sum(-1)
+        return (total / valid.sum(-1).clamp(min=1.0)).unsqueeze(-1)
+    raise ValueError(f"level must be one of {IMPORTANCE_SAMPLING_LEVELS}, got {level!r}")
+
+
+def clipped_surrogate(
+    log_weights: torch.Tensor, advantages: torch.Tensor, epsilon_low: float, epsilon_high: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """-min(w A, clip(w, 1 - eps_low, 1 + eps_high) A) with w = exp(log_weights), and where
+    the clip binds: below (w < 1 - eps_low with A < 0) and above (w > 1 + eps_high, A > 0).
+
+    A larger ``epsilon_high`` (DAPO's clip-higher, 0.28) lets rare tokens of good answers
+    gain probability faster, against the entropy collapse of a symmetric clip. Shapes
+    broadcast: (B, T) or (B, 1) weights against (B, 1) advantages."""
+    w = torch.exp(log_weights)
+    clipped = torch.clamp(w, 1.0 - epsilon_low, 1.0 + epsilon_high)
+    loss = -torch.min(w * advantages, clipped * advantages)
+    with torch.no_grad():
+        low = (w < 1.0 - epsilon_low) & (advantages < 0)
+        high = (w > 1.0 + epsilon_high) & (advantages > 0)
+    return loss, low, high
+
+
+def aggregate_loss(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    loss_type: str,
+    max_length: int | None = None,
+    mean_length: float | None = None,
+) -> torch.Tensor:
+    """A (B, T) per-token loss reduced as TRL's ``loss_type`` says, over the rows given.
+
+    - ``grpo``: each answer's token mean, then the mean over answers (a long answer's
+      tokens count less);
+    - ``bnpo``: the mean over the rows' valid tokens;
+    - ``dr_grpo``: the sum over valid tokens divided by rows x ``max_length`` (Liu et al.
+      2025: no length bias; TRL's ``max_completion_length``);
+    - ``dapo``: each answer's token sum divided by ``mean_length``, the mean answer length
+      of the whole batch, then the mean over answers: the sum over a mini-batch's tokens
+      divided by the batch's tokens per mini-batch (TRL's ``num_items_in_batch``).
+
+    Every reduction but ``bnpo`` is a mean over rows, so chunks of a mini-batch weighted by
+    their rows add up to it (``agents/update.py``'s ``unit="answer"``)."""
+    valid = mask.to(per_token.dtype)
+    masked = torch.where(valid.bool(), per_token, torch.zeros_like(per_token))
+    if loss_type == "bnpo":
+        return masked.sum() / valid.sum().clamp(min=1.0)
+    sums = masked.sum(-1)
+    if loss_type == "grpo":
+        return (sums / valid.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "dr_grpo":
+        if not max_length:
+            raise ValueError("dr_grpo needs max_length, the longest answer the game allows")
+        return sums.mean() / max_length
+    if loss_type == "dapo":
+        if mean_length is None:
+            raise ValueError("dapo needs mean_length, the batch's mean answer length")
+        return sums.mean() / max(float(mean_length), 1e-8)
+    raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {loss_type!r}")
+
+
+def truncated_rows(tokens: torch.Tensor, mask: torch.Tensor, eos_token_id: int) -> torch.Tensor:
+    """(B,) True where an answer stopped without EOS (its budget or the context ran out):
+    TRL's ``mask_truncated_completions`` leaves those out of the loss, since the reward of
+    a cut-off answer says little about the tokens it has."""
+    lengths = mask.long().sum(-1)
+    last = tokens.gather(1, (lengths - 1).clamp(min=0).unsqueeze(1)).squeeze(1)
+    return (lengths == 0) | (last != eos_token_id)

@@ -51,6 +51,8 @@ class Seat:
     seed: int
     group_size: int = 1
     """Each query is played ``group_size`` times in a row of the batch (group baselines)."""
+    max_new_tokens: int | None = None
+    """The longest answer the game allows (its budget's top; Dr. GRPO's normaliser)."""
 
     @property
     def models(self) -> Any:

@@ -53,14 +53,16 @@ def minibatch_update(
     unit: Literal["token", "answer"] = "token",
     weigh_micro_batches: Literal["rows", "units"] = "units",
     prefix: str | None = None,
+    loss_mask: str = "mask",
 ) -> dict[str, float]:
     """Step ``loss_fn`` over ``data`` (the rollout's batch tensors, with ``mask`` and
     ``tokens``); return each statistic's mean over the micro-batches, under ``prefix/``
     (default the learner's name): the loss's own, ``entropy`` and ``grad_norm``; and
-    ``update/steps`` and ``update/stopped_early``."""
+    ``update/steps`` and ``update/stopped_early``. ``loss_mask`` names the tensor of
+    ``data`` whose tokens the loss counts (a unit of ``unit="token"``)."""
     cfg = learner.config
     prefix = prefix or learner.name
-    mask = data["mask"]
+    mask = data[loss_mask]
     B, T = data["tokens"].shape
     micro = cfg.mini_batch_size // cfg.gradient_accumulation_steps
 
@@ -84,7 +86,7 @@ def minibatch_update(
                         cfg.forward_batch_size
                     ):
                         mb = learner.rows_on_device(data, chunk, T)
-                        share = float(units(chunk) / units_in_micro)
+                        share = _fraction(units(chunk), units_in_micro)
                         inputs = (mb["ids"], mb["attention"], mb["positions"])
                         probe = learner.probe.phase("forward", learner, inputs=inputs,
                                                     keep=T + 1)  # fmt: skip
@@ -104,7 +106,8 @@ def minibatch_update(
                         if weigh_micro_batches == "rows":
                             weighted = loss * share * len(rows) / len(batch)
                         else:
-                            weighted = loss * share * (float(units_in_micro) / units_in_batch)
+                            in_batch = _fraction(float(units_in_micro), units_in_batch)
+                            weighted = loss * share * in_batch
                         with learner.probe.phase("backward", learner):
                             learner.accelerator.backward(weighted)
                     for k, v in micro_stats.items():
@@ -136,6 +139,11 @@ def minibatch_update(
         "update/steps": float(steps),
         "update/stopped_early": float(stopped),
     }
+
+
+def _fraction(part: Any, whole: Any) -> float:
+    """part / whole, 0 when the whole is empty (a chunk whose tokens the loss leaves out)."""
+    return float(part / whole) if float(whole) else 0.0
 
 
 def _approx_kl(stats: dict[str, Any]) -> float:

@@ -32,7 +32,8 @@ micro-batch, so ``generation_batch_size`` = answers); the KL coefficient, fixed 
 ``beta``, default TRL 1.16's: GRPO 0.0, RLOO 0.05; ours ``init_kl_coef`` with
 ``adaptive_kl false``) and its estimator (RLOO: k1 of the sampling policy in the reward;
 GRPO: k3 in the loss); the clipping epsilon (0.2); GRPO's group scaling (``scale_rewards:
-group``) and token-mean loss (TRL ``loss_type="dapo"``: the mini-batch's valid tokens);
+group``) and loss reduction (``loss_type: dapo`` on both: the token sum over the batch's
+tokens per mini-batch);
 RLOO's sequence ratio and mean over answers; no advantage normalisation or score scaling
 (TRL has none); gradient clipping at ``max_grad_norm`` (TRL's default 1.0; 0 = off on both);
 Adam without weight decay at a constant learning rate; sampling at temperature 1, no
@@ -208,7 +209,7 @@ def our_overrides(args: argparse.Namespace, learner: str, run_dir: str | None = 
         "repetition_penalty": 1.0,  # the algorithms' official default is 1.1; TRL's is 1.0
     }
     if learner == "grpo":
-        settings["scale_rewards"] = "group"
+        settings.update(scale_rewards="group", loss_type="dapo")
     return {
         "model": args.model,
         "task": "imdb",

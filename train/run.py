@@ -118,6 +118,7 @@ def build_game_and_learners(
             accelerator=accelerator,
             seed=Processes(accelerator).game_seed(config.seed) + 1000 * i,
             group_size=config.game.group_size,
+            max_new_tokens=game.budget_high,
         )
         learners[agent] = build_learner(name, seat)
     if config.rollout_engine != "none":
