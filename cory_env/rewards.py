@@ -15,6 +15,7 @@ from cory_env import checks
 from cory_env.answer_check import score_answers
 from cory_env.models import ensure_pad_token
 from cory_env.query import Query, RewardFn
+from cory_env.user_rewards import is_user_reward, user_reward
 
 DEFAULT_SENTIMENT_MODEL = "lvwerra/distilbert-imdb"
 REWARD_NAMES = ("vader", "classifier", "answer")
@@ -145,11 +146,15 @@ class AnswerCheckReward:
 RewardCallable = RewardFn
 
 
-def make_reward(name_or_callable: str | RewardCallable) -> RewardCallable:
-    """A reward from a short name, a classifier id/path (contains "/"), or a callable."""
+def make_reward(name_or_callable: str | RewardCallable, timeout_s: float = 60.0) -> RewardCallable:
+    """A reward from a short name, a user's ``module:function``, a reward server's
+    ``http://HOST:PORT/PATH`` (``timeout_s`` per batch), a classifier id/path (contains
+    "/"), or a callable."""
     if callable(name_or_callable):
         return name_or_callable
     name = name_or_callable
+    if is_user_reward(name):
+        return user_reward(name, timeout_s)
     if name == "vader":
         return VaderSentimentReward()
     if name == "classifier":
@@ -159,7 +164,8 @@ def make_reward(name_or_callable: str | RewardCallable) -> RewardCallable:
     if isinstance(name, str) and "/" in name:
         return ClassifierSentimentReward(model=name)
     raise ValueError(
-        f"unknown reward {name!r}; use one of {list(REWARD_NAMES)}, a Hugging Face "
+        f"unknown reward {name!r}; use one of {list(REWARD_NAMES)}, module:function (your "
+        "own batched function), http://HOST:PORT/PATH (a reward server), a Hugging Face "
         "classifier id or local path containing '/', or a callable "
         "reward_fn(queries, responses) -> scores"
     )

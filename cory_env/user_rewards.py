@@ -1,0 +1,140 @@
+"""Rewards a user names on the command line: a function of their own, or a reward server.
+
+``module:function`` imports ``function`` from ``module`` (the working folder first, as
+``python -m`` would, then the installed packages); ``http://HOST:PORT/PATH`` (or https)
+is a server that scores a batch. Either gets the query texts and the responses (and, when
+the queries have gold answers, ``answers``) and returns one score per response; the task
+checks the scores as it checks every reward's (``cory_env/tasks/base.py``).
+
+The server protocol: a POST of the JSON object ``{"queries": [...], "responses": [...]}``
+(plus ``"answers"`` when there are any), answered by a JSON list of numbers or an object
+whose ``"scores"`` is one. Only the standard library talks to it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from cory_env.query import Query
+
+FUNCTION_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+"""``package.module:function``."""
+DEFAULT_TIMEOUT_S = 60.0
+
+
+def is_user_reward(spec: Any) -> bool:
+    """Whether ``spec`` names a user's function or a reward server (not a built-in name)."""
+    return isinstance(spec, str) and (is_url(spec) or FUNCTION_SPEC.fullmatch(spec) is not None)
+
+
+def is_url(spec: str) -> bool:
+    return spec.startswith(("http://", "https://"))
+
+
+def user_reward(spec: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Callable[..., list[Any]]:
+    """The reward ``spec`` names, as a batched ``reward_fn(queries, responses)``."""
+    return ServerReward(spec, timeout_s) if is_url(spec) else FunctionReward(spec)
+
+
+def _texts(queries: Sequence[Query]) -> tuple[list[str], dict[str, list[str]]]:
+    """The query texts, and ``answers`` when every query has one."""
+    answers = [q.answer for q in queries]
+    extra = {"answers": answers} if answers and all(a is not None for a in answers) else {}
+    return [q.text for q in queries], extra
+
+
+class FunctionReward:
+    """``module:function``, imported once, called with texts."""
+
+    def __init__(self, spec: str) -> None:
+        module_name, _, attribute = spec.partition(":")
+        self.spec = spec
+        folder = os.getcwd()
+        if folder not in sys.path:  # the user's own modules, as `python -m` sees them
+            sys.path.insert(0, folder)
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as err:
+            raise ValueError(
+                f"reward {spec!r}: no module named {err.name!r} in the working folder "
+                f"({folder}) or the installed packages; run from the folder that holds "
+                f"{module_name.replace('.', '/')}.py, or install it"
+            ) from None
+        fn = getattr(module, attribute, None)
+        if fn is None:
+            public = sorted(
+                n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
+            )
+            raise ValueError(
+                f"reward {spec!r}: module {module_name!r} has no {attribute!r}; its functions "
+                f"are {public or 'none'}"
+            )
+        if not callable(fn):
+            kind = type(fn).__name__
+            raise ValueError(f"reward {spec!r}: {attribute!r} is a {kind}, not a function")
+        self.fn = fn
+        self.__qualname__ = spec  # how the task names it in messages
+
+    def __call__(self, queries: Sequence[Query], responses: Sequence[str]) -> Any:
+        texts, extra = _texts(queries)
+        return self.fn(texts, list(responses), **extra)
+
+
+class ServerReward:
+    """A reward server at ``url``, sent each batch as one JSON POST."""
+
+    def __init__(self, url: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+        self.url, self.timeout_s = url, float(timeout_s)
+        self.__qualname__ = url
+
+    def __call__(self, queries: Sequence[Query], responses: Sequence[str]) -> list[Any]:
+        texts, extra = _texts(queries)
+        body = json.dumps({"queries": texts, "responses": list(responses), **extra}).encode()
+        request = urllib.request.Request(
+            self.url, data=body, headers={"Content-Type": "application/json"}, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as answer:
+                raw = answer.read()
+        except urllib.error.HTTPError as err:
+            detail = err.read()[:200].decode("utf-8", "replace")
+            raise RuntimeError(
+                f"reward server {self.url} answered HTTP {err.code} {err.reason}: {detail}"
+            ) from None
+        except TimeoutError:
+            raise RuntimeError(
+                f"reward server {self.url} did not answer within {self.timeout_s:g} s "
+                f"(a batch of {len(texts)}); raise task_settings' reward_timeout or speed it up"
+            ) from None
+        except urllib.error.URLError as err:
+            if isinstance(err.reason, TimeoutError):
+                raise RuntimeError(
+                    f"reward server {self.url} did not answer within {self.timeout_s:g} s; "
+                    "raise task_settings' reward_timeout or speed it up"
+                ) from None
+            raise RuntimeError(
+                f"reward server {self.url} cannot be reached ({err.reason}); start it, or "
+                "check the host, port and path"
+            ) from None
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise RuntimeError(
+                f"reward server {self.url} answered with something that is not JSON: "
+                f'{raw[:80]!r}; it must answer a list of scores or {{"scores": [...]}}'
+            ) from None
+        scores = data.get("scores") if isinstance(data, dict) else data
+        if not isinstance(scores, list):
+            raise RuntimeError(
+                f"reward server {self.url} answered {str(data)[:80]}; it must answer a JSON "
+                'list of scores or {"scores": [...]}'
+            )
+        return scores
