@@ -133,6 +133,9 @@ class ElasticReset:
     def attach_engine(self, engine: Any, eos_token_id: int) -> None:
         self.agent.attach_engine(engine, eos_token_id)
 
+    def discard_turn(self) -> None:
+        self.agent.discard_turn()
+
     def export(
         self, path: Path, tokenizer: Any, merge: bool = False, info: dict | None = None
     ) -> Path:

@@ -43,6 +43,7 @@ import torch
 
 from agents import pg_math as pg
 from agents import ppo_math as pm
+from agents.dynamic_sampling import DynamicSampling
 from agents.llm import LLMConfig, LLMLearner
 from agents.policy import PolicyWithValue, Reference
 from agents.registry import Seat, register_learner
@@ -64,6 +65,11 @@ class RLOOConfig(LLMConfig):
     """The ratio's upper clip (DAPO's clip-higher suggests 0.28); None = ``clip_range``."""
     mask_truncated_completions: bool = False
     """Leave answers that ended without EOS (cut by their budget) out of the loss."""
+    dynamic_sampling: bool = False
+    """Train on groups whose rewards differ, drawing more batches to fill the batch
+    (DAPO; ``agents/dynamic_sampling.py``)."""
+    max_extra_batches: int = 4
+    """With ``dynamic_sampling``: at most this many more batches per iteration."""
 
     where = "rloo"
 
@@ -76,6 +82,8 @@ class RLOOConfig(LLMConfig):
             checks.number(self.epsilon_high, "epsilon_high", minimum=0, exclusive_min=True,
                           where=w, hint="None = clip_range")  # fmt: skip
         checks.boolean(self.mask_truncated_completions, "mask_truncated_completions", where=w)
+        checks.boolean(self.dynamic_sampling, "dynamic_sampling", where=w)
+        checks.integer(self.max_extra_batches, "max_extra_batches", minimum=0, where=w)
 
     @property
     def clip_high(self) -> float:
@@ -153,11 +161,28 @@ class GroupAgent(LLMLearner):
         self.group_size = group_size
         self.eos_token_id = eos_token_id
         self.max_new_tokens = max_new_tokens
+        self.dynamic = None
+        if config.dynamic_sampling:
+            self.dynamic = DynamicSampling(group_size, config.max_extra_batches, pad_token_id)
+
+    def end_rollout(self, obs: dict[str, Any], rewards: Any) -> None:
+        """Keep the finished turn; with dynamic sampling, only its groups that differ."""
+        super().end_rollout(obs, rewards)
+        if self.dynamic is not None:
+            self.rollout = self.dynamic.add(self.rollout)
+
+    def wants_more(self) -> bool:
+        """Whether the loop should play another batch for this learner this iteration."""
+        return self.dynamic is not None and self.dynamic.wants_more()
 
     def group_stats(self, rewards: torch.Tensor) -> dict[str, float]:
-        """How often a group's answers all scored alike (no signal for that query)."""
+        """How often a group's answers all scored alike (no signal for that query), and
+        what dynamic sampling kept, dropped and drew."""
         std = rewards.view(-1, self.group_size).std(dim=1)
-        return {f"{self.name}/frac_reward_zero_std": float((std < 1e-8).float().mean())}
+        stats = {f"{self.name}/frac_reward_zero_std": float((std < 1e-8).float().mean())}
+        if self.dynamic is not None:
+            stats.update(self.dynamic.finish(self.name))
+        return stats
 
     def loss_mask(self, ro: Any) -> tuple[torch.Tensor, dict[str, float]]:
         """The tokens the loss counts: every valid one, or with

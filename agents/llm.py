@@ -418,6 +418,11 @@ class LLMLearner:
             self.rollout = self._close_turn(obs, rewards)
         self.turn = None
 
+    def discard_turn(self) -> None:
+        """Let the finished turn go and keep the rollout already collected (a batch the
+        loop played for another seat's dynamic sampling)."""
+        self.turn = None
+
     def turn_stats(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Summed KL to the reference, summed log-prob, mean entropy and final value per game."""
         if self.turn is None or not self.turn.tokens:

@@ -90,3 +90,45 @@ def by_prompt_length(rows: torch.Tensor, prompt_mask: torch.Tensor) -> torch.Ten
 def response_logits(logits: torch.Tensor, steps: int) -> torch.Tensor:
     """From the last T+1 positions, the T that predicted the response tokens."""
     return logits[:, -steps - 1 : -1].float()
+
+
+def rollout_rows(rollout: Rollout, rows: torch.Tensor) -> Rollout:
+    """The games ``rows`` of ``rollout``, in that order."""
+    full = None if rollout.full_logprobs is None else rollout.full_logprobs[rows]
+    return Rollout(
+        rollout.prompt_ids[rows], rollout.prompt_mask[rows], rollout.tokens[rows],
+        rollout.mask[rows], rollout.logprobs[rows], rollout.sample_logprobs[rows],
+        rollout.values[rows], full, rollout.rewards[rows],
+    )  # fmt: skip
+
+
+def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:
+    """One rollout of the games of ``rollouts`` in order: prompts left-padded and answers
+    right-padded to the widest, as one batch would have been (padding is masked out)."""
+    if len(rollouts) == 1:
+        return rollouts[0]
+    P = max(r.prompt_ids.shape[1] for r in rollouts)
+    T = max(r.tokens.shape[1] for r in rollouts)
+
+    def left(x: torch.Tensor, value: float) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (P - x.shape[1], 0), value=value)
+
+    def right(x: torch.Tensor, value: float = 0) -> torch.Tensor:
+        pad = (0, 0, 0, T - x.shape[1]) if x.dim() == 3 else (0, T - x.shape[1])
+        return torch.nn.functional.pad(x, pad, value=value)
+
+    def cat(parts: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(parts, dim=0)
+
+    fulls = [r.full_logprobs for r in rollouts]
+    return Rollout(
+        prompt_ids=cat([left(r.prompt_ids, pad_token_id) for r in rollouts]),
+        prompt_mask=cat([left(r.prompt_mask, 0) for r in rollouts]),
+        tokens=cat([right(r.tokens, pad_token_id) for r in rollouts]),
+        mask=cat([right(r.mask) for r in rollouts]),
+        logprobs=cat([right(r.logprobs) for r in rollouts]),
+        sample_logprobs=cat([right(r.sample_logprobs) for r in rollouts]),
+        values=cat([right(r.values) for r in rollouts]),
+        full_logprobs=None if any(f is None for f in fulls) else cat([right(f) for f in fulls]),
+        rewards=cat([r.rewards for r in rollouts]),
+    )

@@ -73,6 +73,29 @@ def play_batch(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
         learner.end_rollout(game.observe(agent), game.rewards[agent])
 
 
+def play_extra_batches(game: BatchedTextGame, learners: dict[str, Learner]) -> int:
+    """Dynamic sampling: play more batches while a learner asks for them (``wants_more``,
+    ``agents/dynamic_sampling.py``); the others let those turns go (``discard_turn``) and
+    learn from the first batch. The number of extra batches played."""
+    extra = 0
+    while wanting := [a for a, learner in learners.items() if _wants_more(learner)]:
+        game.reset()
+        play_games(game, learners)
+        for agent, learner in learners.items():
+            discard = getattr(learner, "discard_turn", None)
+            if agent in wanting or discard is None:
+                learner.end_rollout(game.observe(agent), game.rewards[agent])
+            else:
+                discard()
+        extra += 1
+    return extra
+
+
+def _wants_more(learner: Learner) -> bool:
+    wants_more = getattr(learner, "wants_more", None)
+    return bool(wants_more()) if wants_more is not None else False
+
+
 def reset_peak_memory() -> None:
     """Start a run's peak from what is resident now (train/memory.py), on CUDA too."""
     reset_rss_peak()
@@ -239,6 +262,7 @@ def train(
             with hooks.phase("rollout", iteration):
                 game.reset(seed=processes.game_seed(config.seed) if iteration == 0 else None)
                 play_batch(game, learners)
+                play_extra_batches(game, learners)
             t_play = time.perf_counter() - t0
             with hooks.phase("checkpoint", iteration):
                 checkpoints.wait()  # learning changes the weights the last checkpoint writes
