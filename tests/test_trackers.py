@@ -16,6 +16,7 @@ from cory_env.checks import SettingError
 from tests.conftest import tiny_config
 from train.config import build_config
 from train.run import run_training
+from train.trackers import COMPLETION_COLUMNS, completion_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,6 +76,14 @@ def test_mlflow_gets_config_metrics_and_summary(tiny_model_dir, tmp_path):
     history = client.get_metric_history(run.info.run_id, "llm_0/score")
     assert [m.step for m in history] == [0, 1]
     assert run.data.metrics["summary/iterations"] == 2.0
+    # the games of each sampled iteration, one row per game and role, as a table artifact
+    files = [a.path for a in client.list_artifacts(run.info.run_id, "completions")]
+    assert "completions/iteration_000001.json" in files
+    table = json.loads(
+        Path(client.download_artifacts(run.info.run_id, files[-1], str(tmp_path))).read_text()
+    )
+    assert table["columns"] == COMPLETION_COLUMNS
+    assert {row[2] for row in table["data"]} == {"pioneer", "observer"}
 
 
 @needs("wandb")
@@ -87,7 +96,8 @@ def test_wandb_without_an_api_key_logs_offline_and_says_so(tiny_model_dir, tmp_p
     # The offline run's transaction log holds the records `wandb sync` would upload; its
     # keys are plain strings in it.
     data = log.read_bytes()
-    for key in (b"learner/learning_rate", b"game/lam", b"llm_0/score", b"summary/iterations"):
+    for key in (b"learner/learning_rate", b"game/lam", b"llm_0/score", b"summary/iterations",
+                b"completions", b"table-file"):  # fmt: skip
         assert key in data, key
 
 
@@ -102,6 +112,17 @@ def test_trackio_local_store_gets_metrics_and_summary(tiny_model_dir, tmp_path):
     logs = json.loads(done.stdout.strip().splitlines()[-1])
     assert [r["step"] for r in logs if "llm_0/score" in r] == [0, 1]
     assert any(r.get("summary/iterations") == 2 for r in logs)
+    [table] = [r["completions"] for r in logs if r["step"] == 1 and "completions" in r]
+    assert "observer" in json.dumps(table) and "pioneer" in json.dumps(table)
+
+
+def test_completion_rows_are_one_per_game_and_role():
+    pioneer = {"agent": "llm_0", "response": "a", "score": 0.5, "reward": 0.5}
+    observer = {"agent": "llm_1", "response": "b", "score": 1.0, "reward": 0.7}
+    samples = [{"query": "q", "pioneer": pioneer, "observer": observer}]
+    assert completion_rows(3, samples) == [
+        [3, "q", "pioneer", "llm_0", "a", 0.5, 0.5], [3, "q", "observer", "llm_1", "b", 1.0, 0.7],
+    ]  # fmt: skip
 
 
 def test_wandb_goes_offline_only_without_a_key_or_a_mode(tmp_path, monkeypatch):

@@ -174,6 +174,9 @@ class Callback:
     def on_row(self, row: dict[str, Any]) -> None:
         """A row of ``metrics.jsonl`` (an iteration's or an evaluation's) as it is logged."""
 
+    def on_samples(self, iteration: int, samples: list[dict[str, Any]]) -> None:
+        """The games ``samples.jsonl`` gets (every ``sample_every`` iterations)."""
+
 
 class _Hooks:
     """Every callback's hook at once."""
@@ -191,6 +194,10 @@ class _Hooks:
     def on_row(self, row: dict[str, Any]) -> None:
         for callback in self.callbacks:
             callback.on_row(row)
+
+    def on_samples(self, iteration: int, samples: list[dict[str, Any]]) -> None:
+        for callback in self.callbacks:
+            callback.on_samples(iteration, samples)
 
 
 def train(
@@ -290,7 +297,9 @@ def train(
                 with hooks.phase("logging", iteration):
                     log(row)
                     if iteration % config.sample_every == 0 or iteration == config.iterations - 1:
-                        run.log_samples(iteration, batch_samples(game, config.n_samples))
+                        samples = batch_samples(game, config.n_samples)
+                        run.log_samples(iteration, samples)
+                        hooks.on_samples(iteration, samples)
                 if evaluations is not None and evaluations.due(iteration):
                     with hooks.phase("evaluation", iteration):
                         log(evaluations.after(iteration, learners))

@@ -7,7 +7,11 @@ accelerate's ``WandBTracker``, ``MLflowTracker`` and ``TrackioTracker``, each co
 by its library's own environment: ``WANDB_MODE=offline`` keeps a W&B run local,
 ``MLFLOW_TRACKING_URI`` picks the MLflow store (MLflow's default ``sqlite:///mlflow.db``;
 a local file store such as ``file:./mlruns`` also needs ``MLFLOW_ALLOW_FILE_STORE=true``),
-``TRACKIO_DIR`` Trackio's local database. Only the main process reports.
+``TRACKIO_DIR`` Trackio's local database. Only the main process reports. Every
+``sample_every`` iterations the games ``samples.jsonl`` gets go to each tracker as a
+``completions`` table, one row per game and role (TRL's ``log_completions``): a W&B table,
+an MLflow table artifact (``completions/iteration_NNNNNN.json``), a Trackio table;
+TensorBoard gets them as text (``train/run_folder.py``).
 """
 
 from __future__ import annotations
@@ -27,6 +31,18 @@ REPORT_TO = ("tensorboard", "wandb", "mlflow", "trackio", "none")
 PACKAGES = {"wandb": "wandb", "mlflow": "mlflow", "trackio": "trackio"}
 """The package each tracker needs (``pip install <package>``)."""
 PROJECT = "cory"
+COMPLETION_COLUMNS = ["iteration", "query", "role", "agent", "answer", "score", "reward"]
+
+
+def completion_rows(iteration: int, samples: list[dict[str, Any]]) -> list[list[Any]]:
+    """One row per game and role of ``samples`` (``train/loop.py``'s ``batch_samples``)."""
+    rows = []
+    for sample in samples:
+        for role, seat in sample.items():
+            if isinstance(seat, dict) and "response" in seat:
+                rows.append([iteration, sample.get("query"), role, seat.get("agent"),
+                             seat["response"], seat.get("score"), seat.get("reward")])  # fmt: skip
+    return rows
 
 
 def check_report_to(report_to: Any) -> None:
@@ -112,7 +128,8 @@ class Trackers(Callback):
 
     def __init__(self, config: Any, run_path: Path) -> None:
         names = [n for n in config.report_to if n not in ("tensorboard", "none")]
-        self.trackers = [make_tracker(n, Path(run_path).name, Path(run_path)) for n in names]
+        self.by_name = {n: make_tracker(n, Path(run_path).name, Path(run_path)) for n in names}
+        self.trackers = list(self.by_name.values())
         self.step = 0
         for tracker in self.trackers:
             tracker.store_init_configuration(flat_settings(config.to_dict()))
@@ -123,6 +140,27 @@ class Trackers(Callback):
                   if isinstance(v, (int, float)) and k not in ("iteration", EVAL_KEY)}  # fmt: skip
         for tracker in self.trackers:
             tracker.log(values, step=self.step)
+
+    def on_samples(self, iteration: int, samples: list[dict[str, Any]]) -> None:
+        """The games as a ``completions`` table, in each tracker's own table type."""
+        rows = completion_rows(iteration, samples)
+        if not rows:
+            return
+        for name, tracker in self.by_name.items():
+            if name == "wandb":
+                tracker.log_table("completions", columns=COMPLETION_COLUMNS, data=rows,
+                                  step=iteration)  # fmt: skip
+            elif name == "mlflow":
+                import mlflow
+
+                columns = {c: [r[i] for r in rows] for i, c in enumerate(COMPLETION_COLUMNS)}
+                mlflow.log_table(columns, f"completions/iteration_{iteration:06d}.json",
+                                 run_id=tracker.active_run.info.run_id)  # fmt: skip
+            elif name == "trackio":
+                import trackio
+
+                table = trackio.Table(columns=COMPLETION_COLUMNS, data=rows)
+                tracker.log({"completions": table}, step=iteration)
 
     def finish(self, summary: dict[str, float]) -> None:
         """Log the run's summary (``summary/*``) and close every tracker."""
