@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -113,3 +115,70 @@ def test_a_card_without_an_evaluation_says_so(tiny_model_dir, tmp_path):
     text = " ".join(card.text.split())
     assert "pioneer for 2 iterations" in text and "roles exchange" not in text
     assert "was not evaluated on held-out queries" in text
+
+
+# ---------------------------------------------------------------- --push_to_hub
+
+
+class FakeHub:
+    """What ``export.py --push_to_hub`` asks of ``huggingface_hub.HfApi``, recorded."""
+
+    def __init__(self):
+        self.calls = []
+
+    def create_repo(self, repo, **kwargs):
+        self.calls.append(("create_repo", repo, kwargs))
+
+    def upload_folder(self, **kwargs):
+        files = sorted(p.name for p in Path(kwargs["folder_path"]).iterdir())
+        self.calls.append(("upload_folder", kwargs["repo_id"], files))
+
+
+def test_push_to_hub_uploads_each_agent_with_its_card(tiny_model_dir, tmp_path, monkeypatch):
+    from train import hub
+
+    run_training(tiny_config(tiny_model_dir, tmp_path / "run", iterations=1))
+    fake = FakeHub()
+    monkeypatch.setattr(hub, "check_hub", lambda: fake)
+    main([str(tmp_path / "run"), str(tmp_path / "out"), "--push_to_hub", "you/cory", "--private"])
+    creates = [c for c in fake.calls if c[0] == "create_repo"]
+    uploads = {c[1]: c[2] for c in fake.calls if c[0] == "upload_folder"}
+    assert [(c[1], c[2]["private"]) for c in creates] == [("you/cory-llm_0", True),
+                                                           ("you/cory-llm_1", True)]  # fmt: skip
+    assert set(uploads) == {"you/cory-llm_0", "you/cory-llm_1"}
+    assert {"README.md", "config.json", "value_head.safetensors"} <= set(uploads["you/cory-llm_0"])
+    assert hub.repo_ids("you/one", ["llm_0"]) == {"llm_0": "you/one"}
+
+
+def test_push_to_hub_is_refused_before_anything_is_written(tiny_model_dir, tmp_path, monkeypatch,
+                                                            capsys):  # fmt: skip
+    import huggingface_hub
+
+    from train import hub
+
+    run_training(tiny_config(tiny_model_dir, tmp_path / "run", iterations=1))
+    out = tmp_path / "out"
+    push = [str(tmp_path / "run"), str(out), "--push_to_hub"]
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(SystemExit):
+        main([*push, "you/cory"])
+    assert "HF_HUB_OFFLINE=1" in capsys.readouterr().err and not out.exists()
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: None)
+    with pytest.raises(SystemExit):
+        main([*push, "you/cory"])
+    assert "no Hugging Face token; set HF_TOKEN" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit):
+        main([*push, "cory"])
+    assert "OWNER/NAME" in capsys.readouterr().err and not out.exists()
+    with pytest.raises(SystemExit):
+        main([str(tmp_path / "run"), str(out), "--private"])
+    assert "--private applies to --push_to_hub" in capsys.readouterr().err
+
+    class Unreachable:
+        def whoami(self):
+            raise ConnectionError("Failed to resolve 'huggingface.co'\nmore detail")
+
+    monkeypatch.setattr(huggingface_hub, "get_token", lambda: "hf_x")
+    with pytest.raises(hub.SettingError, match="does not answer for this token .Failed to resolve"):
+        hub.check_hub(Unreachable())

@@ -2,10 +2,13 @@
 
 python train/export.py RUN_DIR OUT_DIR            # OUT_DIR/llm_0, OUT_DIR/llm_1, ...
 python train/export.py RUN_DIR OUT_DIR --merge    # LoRA runs: merged weights, not adapters
+python train/export.py RUN_DIR OUT_DIR --push_to_hub you/cory-imdb [--private]
 
 Each folder loads with ``AutoModelForCausalLM.from_pretrained(OUT_DIR / "llm_0")`` and
 holds the agent's tokenizer, its value head (``value_head.safetensors``) and a model card
 (``README.md``: what the agent is, how it was trained and evaluated, how to load it).
+``--push_to_hub`` then uploads each folder (``train/hub.py``), checked before any model
+loads.
 """
 
 from __future__ import annotations
@@ -41,9 +44,15 @@ def swap_in(new: Path, target: Path) -> None:
 
 
 def export_run(
-    run_dir: Path, out_dir: Path, merge: bool = False, overwrite: bool = False
+    run_dir: Path,
+    out_dir: Path,
+    merge: bool = False,
+    overwrite: bool = False,
+    push_to_hub: str | None = None,
+    private: bool = False,
 ) -> dict[str, Path]:
-    """Load the run's checkpoint and export every agent that has an LLM policy."""
+    """Load the run's checkpoint and export every agent that has an LLM policy (and push
+    them to the hub, ``push_to_hub`` naming the repository)."""
     from train.checkpoint import find_checkpoint, load_json_state, load_learners
     from train.model_card import model_card
     from train.run import build_game_and_learners
@@ -52,6 +61,11 @@ def export_run(
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     check_out_dir(out_dir, overwrite)
     config = load_run_config(run_dir, {"device": "cpu"})
+    if push_to_hub is not None:
+        from train import hub
+
+        repos = hub.repo_ids(push_to_hub, list(config.seat_learners()))
+        api = hub.check_hub()
     iteration = load_json_state(find_checkpoint(run_dir))["iteration"]
     game, learners = build_game_and_learners(config)
     load_learners(run_dir, learners)
@@ -76,6 +90,8 @@ def export_run(
         swap_in(partial, out_dir / agent)
         exported[agent] = out_dir / agent
         print(f"{agent} -> {exported[agent]}")
+    if push_to_hub is not None:
+        hub.push_folders(api, exported, repos, private)
     return exported
 
 
@@ -90,11 +106,20 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace the agents' folders in a used OUT_DIR"
     )
+    parser.add_argument(
+        "--push_to_hub",
+        metavar="OWNER/NAME",
+        help="upload each agent to this hub repository (several: NAME-<agent>)",
+    )
+    parser.add_argument("--private", action="store_true", help="with --push_to_hub: private")
     args = parser.parse_args(argv)
     if not (args.run_dir / "config.yaml").is_file():
         parser.error(f"{args.run_dir} is not a run folder (it has no config.yaml)")
+    if args.private and args.push_to_hub is None:
+        parser.error("--private applies to --push_to_hub; add --push_to_hub OWNER/NAME")
     try:
-        return export_run(args.run_dir, args.out_dir, args.merge, args.overwrite)
+        return export_run(args.run_dir, args.out_dir, args.merge, args.overwrite,
+                          args.push_to_hub, args.private)  # fmt: skip
     except (SettingError, FileNotFoundError, FileExistsError, CheckpointError) as err:
         parser.error(str(err))
 
