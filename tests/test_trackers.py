@@ -35,7 +35,7 @@ def train_reporting_to(tracker, model_dir, run_dir, env):
     base = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     done = subprocess.run(
         [sys.executable, str(ROOT / "train" / "cory.py"), *flags], capture_output=True,
-        text=True, timeout=600, check=False,
+        text=True, timeout=600, check=False, cwd=Path(run_dir).parent,  # MLflow's ./mlruns
         env={**base, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **env},
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
