@@ -154,7 +154,10 @@ def test_folders_saved_elsewhere_are_evaluated_as_a_run_of_ours(
         raise AssertionError("an evaluation already written was played again")
 
     monkeypatch.setattr("train.cross_play.play_seats", no_play)
+    # as a call that played only updates 0 left the log: a call reading both back mends it
+    (out / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
     assert evaluate_saved(saved, two_runs[0], out, seed=7, options=few) == rows
+    assert [t[0] for t in trajectory(load_run(out), "all")] == [0, 2]
     compact = tmp_path / "compact"
     main([str(saved), "--like", str(two_runs[0]), "--seed", "7", "--out", str(out),
           "--results", str(compact)])  # fmt: skip

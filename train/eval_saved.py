@@ -116,6 +116,9 @@ def evaluate_saved(
         rows.append(metrics_row(result, model, n))
         write_text(out / "metrics.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
         print(f"updates {n}: {_headline(rows[-1])}", flush=True)
+    # every row, those read back too: calls that each played some of the folders (a run
+    # still saving, two processes) leave one complete log
+    write_text(out / "metrics.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
     return rows
 
 
