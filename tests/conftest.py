@@ -150,3 +150,14 @@ def read_jsonl(path):
     import json
 
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def user_module(tmp_path, monkeypatch, stem: str, source: str) -> str:
+    """A module of the user's own in a working folder they run from (``tmp_path``, made the
+    working folder); its name, unique to the test, to pass as ``module:function``."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    name = f"{stem}_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.delitem(sys.modules, name, raising=False)  # none left by an earlier test
+    return name

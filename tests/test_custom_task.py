@@ -16,6 +16,7 @@ import cory_env
 from cory_env.checks import SettingError
 from cory_env.query import Query
 from cory_env.tasks.custom import template_prompt
+from tests.conftest import user_module
 
 PROMPTS = [f"question {i}" for i in range(10)]
 REWARD_MODULE = '''
@@ -31,10 +32,7 @@ seen = []
 @pytest.fixture
 def user_folder(tmp_path, monkeypatch):
     """A working folder with the user's reward module and data files, as they would run."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    name = f"my_rewards_{tmp_path.name.replace('-', '_')}"
-    (tmp_path / f"{name}.py").write_text(REWARD_MODULE)
+    name = user_module(tmp_path, monkeypatch, "my_rewards", REWARD_MODULE)
     rows = [{"prompt": p, "gold": str(i)} for i, p in enumerate(PROMPTS)]
     (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "data.csv").write_text(

@@ -12,7 +12,7 @@ from agents.dynamic_sampling import DynamicSampling
 from agents.group import GRPOConfig
 from agents.rollout import Rollout, concat_rollouts
 from cory_env.checks import SettingError
-from tests.conftest import read_jsonl, tiny_config
+from tests.conftest import read_jsonl, tiny_config, user_module
 from train.run import run_training
 
 
@@ -86,10 +86,7 @@ def parity(queries, responses):
 
 @pytest.fixture
 def parity_task(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    name = f"parity_{tmp_path.name.replace('-', '_')}"
-    (tmp_path / f"{name}.py").write_text(REWARD)
+    name = user_module(tmp_path, monkeypatch, "parity", REWARD)
     (tmp_path / "q.jsonl").write_text("".join(f'{{"prompt": "query {i}"}}\n' for i in range(20)))
     yield {"dataset": "q.jsonl", "reward": f"{name}:parity"}
     sys.modules.pop(name, None)

@@ -129,16 +129,15 @@ class Trackers(Callback):
     def __init__(self, config: Any, run_path: Path) -> None:
         names = [n for n in config.report_to if n not in ("tensorboard", "none")]
         self.by_name = {n: make_tracker(n, Path(run_path).name, Path(run_path)) for n in names}
-        self.trackers = list(self.by_name.values())
         self.step = 0
-        for tracker in self.trackers:
+        for tracker in self.by_name.values():
             tracker.store_init_configuration(flat_settings(config.to_dict()))
 
     def on_row(self, row: dict[str, Any]) -> None:
         self.step = int(row.get(EVAL_KEY, row["iteration"]))
         values = {k: v for k, v in row.items()
                   if isinstance(v, (int, float)) and k not in ("iteration", EVAL_KEY)}  # fmt: skip
-        for tracker in self.trackers:
+        for tracker in self.by_name.values():
             tracker.log(values, step=self.step)
 
     def on_samples(self, iteration: int, samples: list[dict[str, Any]]) -> None:
@@ -164,6 +163,6 @@ class Trackers(Callback):
 
     def finish(self, summary: dict[str, float]) -> None:
         """Log the run's summary (``summary/*``) and close every tracker."""
-        for tracker in self.trackers:
+        for tracker in self.by_name.values():
             tracker.log({f"summary/{k}": v for k, v in summary.items()}, step=self.step)
             tracker.finish()
