@@ -273,3 +273,12 @@ def test_a_meaningless_number_is_refused_in_one_line(tmp_path, capsys, flag, val
     err = capsys.readouterr().err.strip().splitlines()
     assert f"argument {flag}: {value} is not a number at least 0" in err[0] and len(err) == 2
     assert not (tmp_path / "out").exists()
+
+
+def test_a_point_no_evaluation_reports_is_refused_before_anything_is_written(tmp_path, capsys):
+    fake_run(tmp_path / "p0", "ppo", 0, 0.1, [0.0], 1.0, trajectory=[(10, 1.0, 0.5)])
+    with pytest.raises(SystemExit):
+        compare.main([str(tmp_path), "--out", str(tmp_path / "out"), "--point", "nobody"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "--point 'nobody' is not in these runs' evaluations; choose one of" in err[0]
+    assert "'pioneer'" in err[0] and not (tmp_path / "out").exists()

@@ -77,6 +77,7 @@ def test_readme_commands_build_valid_configs():
         ({"batch_size": "8"}, "batch_size must be an integer >= 1, got '8'"),
         ({"lam": float("nan")}, "lam must be a finite number"),
         ({"seed": -1}, "seed must be an integer >= 0"),
+        ({"health_clipfrac": 2}, "health_clipfrac must be a finite number > 0 and <= 1"),
         ({"lora": "yes"}, "lora must be true or false"),
         ({"activation_checkpointing": 1}, "activation_checkpointing must be true or false"),
         ({"device": "gpu"}, "device must be one of"),

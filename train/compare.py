@@ -692,6 +692,7 @@ def compare(
     the runs). ``baseline``: the label (or algorithm) of the group the others are tested
     against, default the first group; ``at_kl``: the KLs of the matched comparison."""
     runs = [load_run(p) for p in run_folders(paths)]
+    check_point(runs, point)
     groups = group_runs(runs)
     if out is None:
         out = Path(os.path.commonpath([p.parent.resolve() for p in (r.path for r in runs)]))
@@ -714,6 +715,25 @@ def compare(
     for group in groups:
         print(f"compare: {group.label}: {len(group.runs)} seed(s)")
     return written
+
+
+def run_points(run: Run) -> set[str]:
+    """The points a run's evaluations report: its roles, agents and ``all``."""
+    summary = (run.evaluation or {}).get("summary") or {}
+    points = {p for cells in summary.values() if isinstance(cells, dict) for p in cells}
+    for row in run.trajectory:
+        points |= {
+            key.split("/")[1] for key in row if key.startswith("eval/") and key.count("/") == 2
+        }
+    return points
+
+
+def check_point(runs: list[Run], point: str) -> None:
+    """Refuse a point that no run's evaluations report, before anything is written."""
+    known = set().union(*(run_points(run) for run in runs)) if runs else set()
+    if known and point not in known:
+        raise ValueError(f"--point {point!r} is not in these runs' evaluations; "
+                         f"choose one of {sorted(known)}")  # fmt: skip
 
 
 def pick_baseline(groups: list[Group], name: str | None) -> Group:

@@ -257,8 +257,9 @@ class TrainConfig:
             )
         check_task_settings(self.task, self.task_settings)
         checks.number(self.eta, "eta", minimum=0)
-        for name in ("health_approx_kl", "health_clipfrac"):
-            checks.number(getattr(self, name), name, minimum=0, exclusive_min=True)
+        checks.number(self.health_approx_kl, "health_approx_kl", minimum=0, exclusive_min=True)
+        checks.number(self.health_clipfrac, "health_clipfrac", minimum=0, maximum=1,
+                      exclusive_min=True, hint="a fraction of tokens")  # fmt: skip
         for name in ("batch_size", "iterations", "sample_every", "checkpoint_every", "lora_r",
                      "eval_samples", "eval_batch_size"):  # fmt: skip
             checks.integer(getattr(self, name), name, minimum=1)

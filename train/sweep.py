@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         epilog="Other flags are training flags (python train/cory.py --help), for every run.",
     )
     parser.add_argument("--algorithms", nargs="+", required=True, choices=sorted(ALGORITHMS))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--seeds", nargs="+", type=number_at_least(0, integer=True), default=[0])
     parser.add_argument("--setting", help="the setting to vary, e.g. init_kl_coef or lam")
     parser.add_argument("--values", nargs="+", help="its values, as typed on the command line")
     parser.add_argument("--preset", choices=sorted(PRESETS))
