@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from train.arguments import ArgumentParser
+from train.arguments import ArgumentParser, number_at_least
 
 SWEEP_FILE = "sweep.json"
 
