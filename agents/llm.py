@@ -22,6 +22,7 @@ import torch
 from agents import ppo_math as pm
 from agents import state_io
 from agents.engine import RolloutEngine, SamplingSettings, hf_weights
+from agents.export import export_policy
 from agents.policy import PolicyWithValue, Reference
 from agents.rollout import (
     Rollout,
@@ -606,8 +607,6 @@ class LLMLearner:
         self, path: Path, tokenizer: Any, merge: bool = False, info: dict | None = None
     ) -> Path:
         """The policy as a Hugging Face model folder plus its value head (agents/export.py)."""
-        from agents.export import export_policy
-
         return export_policy(self.model, tokenizer, path, merge, info)
 
     def save(self, path: Path, writer: state_io.WriteQueue | None = None) -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import agents
 from agents.base import PROTOCOL_METHODS, Learner
 from cory_env.checks import SettingError, deprecated, free_name
 from cory_env.plugins import LEARNERS, load_plugins
@@ -119,8 +120,6 @@ def _discover() -> None:
     if _DISCOVERED:
         return
     _DISCOVERED = True
-    import agents
-
     for module in pkgutil.iter_modules(agents.__path__):
         if not module.name.startswith("_"):
             importlib.import_module(f"agents.{module.name}")

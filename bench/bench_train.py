@@ -1,14 +1,14 @@
 """Where the time and memory of one training iteration go, phase by phase.
 
 Runs the real training loop (``train.loop.train`` on the game and learners of
-``train.run.build_game_and_learners``: the game drives ``LLMLearner.act``, then
+``train.build.build_game_and_learners``: the game drives ``LLMLearner.act``, then
 ``end_rollout``, ``learn``, the metric and sample logs and the checkpoint) at the
 official IMDB settings by default: batch 32, 15 new tokens (fixed), 4 PPO epochs of one
 mini-batch of 32, the exact full-vocabulary KL, the adaptive KL controller from the
 algorithm's initial coefficient (CORY 0.4, PPO 0.3), no score scaling or normalisation,
 2 agents for CORY and 1 for PPO. Nothing in ``agents/`` or ``train/`` is copied or
 changed, and nothing is patched: the loop's phases are timed through its callback hooks
-(``train.loop.Callback``), the learners' through their probes (``agents.llm.Probe``)
+(``train.callbacks.Callback``), the learners' through their probes (``agents.llm.Probe``)
 
 - rollout: ``game.reset`` + ``play_batch`` (acting, the game's bookkeeping, reward
   scoring, ``end_rollout``); inside it, ``act``: the policy's forward with the KV cache
@@ -89,9 +89,10 @@ import train.loop as loop
 from agents.llm import LLMLearner, Probe
 from agents.rollout import Turn
 from train import allocator
-from train.config import TrainConfig, build_config
+from train.build import build_game_and_learners
+from train.config import TrainConfig
 from train.memory import reset_rss_peak, rss_peak_mb
-from train.run import build_game_and_learners
+from train.settings import build_config
 
 ROWS = (
     # (key, label, parent)

@@ -7,8 +7,8 @@ step taken on it (``epochs x answers / mini_batch_size``: ours ``learn``, TRL's 
 steps until the next generation). Per learner, four runs, each in its own process, one
 after the other, so that each peak memory is its own:
 
-- ours: the real training loop (``train.loop.train`` on ``train.run.build_game_and_learners``
-  for a config of ``train.config.build_config``, as ``bench/bench_train.py`` runs it), timed
+- ours: the real training loop (``train.loop.train`` on ``train.build.build_game_and_learners``
+  for a config of ``train.settings.build_config``, as ``bench/bench_train.py`` runs it), timed
   through the loop's callback hooks (rollout + learn of every iteration) and counted
   through the learners' probes (``agents.llm.Probe``); nothing is patched. Checkpoints are
   not written (the loop is handed a writer that writes nothing), as TRL saves nothing here;
@@ -339,7 +339,7 @@ class OurTokens:
 
 
 class OurSteps:
-    """A ``train.loop.Callback``: each iteration's seconds (rollout + learn), tokens, queries,
+    """A ``train.callbacks.Callback``: each iteration's seconds (rollout + learn), tokens, queries,
     score and the process's peak memory after it."""
 
     def __init__(self, game: Any, group_size: int, tokens: OurTokens) -> None:
@@ -387,9 +387,9 @@ def run_ours(args: argparse.Namespace, learner: str) -> dict[str, Any]:
 
     import train.loop as loop
     from train import allocator
+    from train.build import build_game_and_learners
     from train.checkpoint import CheckpointWriter
-    from train.config import build_config
-    from train.run import build_game_and_learners
+    from train.settings import build_config
 
     class NoCheckpoints(CheckpointWriter):
         """Writes nothing: TRL saves nothing here either."""

@@ -47,8 +47,8 @@ def ours_phases(args: Any, learner: str) -> dict[str, Any]:
     import bench_train
 
     import train.loop as loop
-    from train.config import build_config
-    from train.run import build_game_and_learners
+    from train.build import build_game_and_learners
+    from train.settings import build_config
 
     class Prompts(bench_train.LoopTimer):
         """The recorder's loop timer, also keeping each step's prompts for TRL."""

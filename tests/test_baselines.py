@@ -32,9 +32,10 @@ from agents.rollout import response_logits
 from agents.state_io import CheckpointError
 from cory_env.checks import SettingError
 from tests.conftest import read_jsonl, tiny_config
-from train.config import build_config, parse_args
+from train.flags import parse_args
 from train.loop import play_batch
 from train.run import run_training
+from train.settings import build_config
 
 D = torch.float64
 

@@ -17,7 +17,7 @@ import train.checkpoint as ckpt
 from agents.base import RandomLearner
 from agents.state_io import CheckpointError
 from tests.conftest import read_jsonl, tiny_config
-from train.config import parse_args
+from train.flags import parse_args
 from train.run import main, run_training
 
 

@@ -11,8 +11,8 @@ from scipy import stats
 
 from train import compare
 from train import eval_report as report
-from train.config import build_config
-from train.evaluate import FORMAT
+from train.run_folder import EVAL_FORMAT as FORMAT
+from train.settings import build_config
 
 QUERY_OFFSETS = (-0.1, 0.0, 0.1, 0.0)
 """Per-query offsets of a fake evaluation's rewards (mean 0): 4 queries x 2 samples."""

@@ -13,6 +13,7 @@ import pytest
 from cory_env.checks import SettingError
 from tests.conftest import tiny_config
 from train import evaluate as ev
+from train import evaluator
 from train.cross_play import BASE, Player
 from train.run import run_training
 from train.run_folder import load_run_config
@@ -51,7 +52,7 @@ def test_a_run_s_agent_in_another_seat_answers_as_it_does_in_its_own_run(two_run
     [result] = ev.main(["--seats", f"{{llm_0: '{run}:llm_1', llm_1: base}}", "--out",
                         str(tmp_path / "x"), *FEW])  # fmt: skip
     assert result["seats"] == {"llm_0": f"{run}:llm_1", "llm_1": BASE}
-    own = ev.evaluate(load_run_config(run), run, samples=1, max_queries=3, reference=True)
+    own = evaluator.evaluate(load_run_config(run), run, samples=1, max_queries=3, reference=True)
     seated = result["answers"]
     assert texts(seated, "llm_0", "pioneer") == texts(own["answers"], "llm_1", "pioneer")
     # The base model seated as llm_1 answers as pioneer as the run's base does in seat llm_1.
@@ -153,7 +154,7 @@ def test_folders_saved_elsewhere_are_evaluated_as_a_run_of_ours(
     def no_play(*args, **kwargs):
         raise AssertionError("an evaluation already written was played again")
 
-    monkeypatch.setattr("train.cross_play.play_seats", no_play)
+    monkeypatch.setattr("train.eval_saved.play_seats", no_play)
     # as a call that played only updates 0 left the log: a call reading both back mends it
     (out / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
     assert evaluate_saved(saved, two_runs[0], out, seed=7, options=few) == rows

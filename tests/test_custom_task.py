@@ -154,7 +154,7 @@ def test_a_reward_server_that_is_down(user_folder):
 
 def test_trains_from_the_command_line(user_folder, tiny_model_dir):
     from tests.conftest import read_jsonl
-    from train.config import parse_args
+    from train.flags import parse_args
     from train.run import run_training
 
     folder, module = user_folder

@@ -22,10 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = """
 import hashlib, json, sys
 from pathlib import Path
-from train.config import build_config, parse_args
+from train.settings import build_config
+from train.flags import parse_args
 from train.distributed import Processes
 from train.loop import train
-from train.run import build_game_and_learners, make_accelerator
+from train.build import build_game_and_learners, make_accelerator
 
 config_file, out, resume = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "resume"
 if resume:

@@ -213,7 +213,7 @@ def test_an_absent_vllm_is_one_line_that_says_how_to_install(tiny_model_dir, tmp
 
     from cory_env.checks import SettingError
     from tests.conftest import tiny_config
-    from train.run import build_game_and_learners
+    from train.build import build_game_and_learners
 
     real_import = builtins.__import__
 

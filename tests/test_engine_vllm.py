@@ -11,8 +11,8 @@ pytestmark = pytest.mark.slow
 
 
 def build(tmp_path_factory, lora: bool):
-    from train.config import build_config
-    from train.run import build_game_and_learners
+    from train.build import build_game_and_learners
+    from train.settings import build_config
 
     config = build_config(
         "smoke",

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.conftest import read_jsonl, tiny_config
-from train.config import parse_args
+from train.flags import parse_args
 from train.run import run_training
 from train.run_folder import EVAL_KEY, read_evaluations, read_metrics
 

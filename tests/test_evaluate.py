@@ -10,8 +10,11 @@ import pytest
 from tests.conftest import tiny_config
 from train import eval_report as report
 from train import evaluate as ev
+from train import evaluator
+from train.build import build_game_and_learners
 from train.eval_set import EvalSet
-from train.run import build_game_and_learners, run_training
+from train.evaluator import Evaluator
+from train.run import run_training
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +66,8 @@ def test_every_agent_plays_every_role_beside_the_reference(cory_run, capsys):
 
 
 def test_eval_json_records_every_answer_and_its_summaries_recompute(cory_run):
-    ev.evaluate_run(cory_run, samples=1, max_queries=2)  # an earlier evaluation, to be kept
-    result = ev.evaluate_run(cory_run, samples=3, max_queries=4, batch_size=5)
+    evaluator.evaluate_run(cory_run, samples=1, max_queries=2)  # an earlier evaluation, to be kept
+    result = evaluator.evaluate_run(cory_run, samples=3, max_queries=4, batch_size=5)
     answers = result["answers"]
     # 2 models x 2 agents x 2 roles x 4 queries x 3 samples, each (query, sample) once per cell.
     assert len(answers["model"]) == 96 and set(answers) == set(report.ANSWER_COLUMNS)
@@ -93,7 +96,7 @@ def test_the_set_is_the_same_for_every_learner_group_and_batch_size(tiny_model_d
                              learner={"mini_batch_size": 2}, **settings)  # fmt: skip
         game, _ = build_game_and_learners(config)
         for eval_batch in (3, 32):
-            evaluator = ev.Evaluator(config, game.tokenizers, samples=2, batch_size=eval_batch)
+            evaluator = Evaluator(config, game.tokenizers, samples=2, batch_size=eval_batch)
             sets.append(evaluator.eval_set.describe())
             assert evaluator.game.group_size == 1
     assert all(s == sets[0] for s in sets)
@@ -130,7 +133,7 @@ def test_an_identical_policy_paired_with_the_base_differs_by_exactly_zero(tiny_m
     game, base_learners = build_game_and_learners(config)
     _, copy_learners = build_game_and_learners(tiny_config(tiny_model_dir, tmp_path / "b",
                                                            "cory", seed=5))  # fmt: skip
-    evaluator = ev.Evaluator(config, game.tokenizers, samples=2, batch_size=8, max_queries=6)
+    evaluator = Evaluator(config, game.tokenizers, samples=2, batch_size=8, max_queries=6)
     base, *_ = evaluator.play(base_learners, report.REFERENCE)
     same, *_, common = evaluator.play(copy_learners, report.TRAINED)
     assert common and same["text"] == base["text"] and same["reward"] == base["reward"]
@@ -157,7 +160,7 @@ def test_evaluation_leaves_the_learners_own_random_streams_alone(tiny_model_dir,
     game, learners = build_game_and_learners(config)
     agent = learners["llm_0"]
     before = agent.generator.get_state().clone()
-    evaluator = ev.Evaluator(config, game.tokenizers, samples=1, batch_size=4, max_queries=4)
+    evaluator = Evaluator(config, game.tokenizers, samples=1, batch_size=4, max_queries=4)
     evaluator.play(learners, report.REFERENCE)
     assert torch_equal(agent.generator.get_state(), before)
     assert agent.sampling_noise is None  # back on its own stream
@@ -175,7 +178,7 @@ def test_arith_reports_pass_at_k_on_distinct_problems_training_never_draws(
     from cory_env.tasks import make_task
 
     config = tiny_config(tiny_model_dir, tmp_path / "unused", "ppo", task="arith")
-    result = ev.evaluate(config, None, batch_size=8, samples=4, max_queries=6)
+    result = evaluator.evaluate(config, None, batch_size=8, samples=4, max_queries=6)
     (row,) = result["rows"]
     assert (row["model"], row["agent"], row["role"]) == ("reference", "llm_0", "pioneer")
     assert set(row["pass@k"]) == {"1", "2", "4"}

@@ -10,9 +10,10 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tests.conftest import tiny_config
+from train.build import build_game_and_learners
 from train.checkpoint import find_checkpoint
 from train.export import export_run, main
-from train.run import build_game_and_learners, run_training
+from train.run import run_training
 
 IDS = torch.tensor([[2, 3, 4, 5, 6, 7]])
 

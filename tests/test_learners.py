@@ -13,8 +13,9 @@ import cory_env
 from agents.registry import Seat, available_learners, register_learner
 from cory_env.checks import SettingError
 from tests.conftest import make_tiny_gpt2, read_jsonl, tiny_config
-from train.config import parse_args
-from train.run import build_game_and_learners, run_training
+from train.build import build_game_and_learners
+from train.flags import parse_args
+from train.run import run_training
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -205,7 +206,7 @@ def test_heterogeneous_seats_each_have_their_model_tokenizer_and_reference(
 
 def test_moe_evaluation_keeps_the_answer_with_the_higher_value(tiny_model_dir, tmp_path):
     """Per query, MoE keeps the answer of the agent whose critic values it higher."""
-    import train.evaluate as ev
+    from train.evaluator import Evaluator
 
     config = tiny_config(tiny_model_dir, tmp_path, algorithm="moe")
     assert (config.game.lam, config.game.sees, config.game.n_agents) == (0.0, "none", 2)
@@ -222,7 +223,7 @@ def test_moe_evaluation_keeps_the_answer_with_the_higher_value(tiny_model_dir, t
             stats = self.inner.turn_stats(obs)
             return {**stats, "value": np.full(len(obs["role"]), self.value)}
 
-    evaluator = ev.Evaluator(config, game.tokenizers, samples=1, batch_size=4, max_queries=4)
+    evaluator = Evaluator(config, game.tokenizers, samples=1, batch_size=4, max_queries=4)
     game = evaluator.game
     for winner in ("llm_0", "llm_1"):
         wrapped = {a: Valued(x, 1.0 if a == winner else -1.0) for a, x in learners.items()}

@@ -257,7 +257,7 @@ def test_truncated_answers_leave_the_loss(tiny_tokenizer, tiny_lm):
 
 def test_the_variants_are_flags_of_a_run(tiny_model_dir, tmp_path):
     from tests.conftest import read_jsonl
-    from train.config import parse_args
+    from train.flags import parse_args
     from train.run import run_training
 
     config, _ = parse_args(

@@ -90,7 +90,7 @@ def test_turn_stats_kl_is_the_exact_kl_to_the_reference(tiny_tokenizer, tiny_lm)
     import cory_env
     from agents.policy import build_policies
     from agents.ppo import PPOAgent, PPOConfig
-    from train.loop import play_games
+    from train.games import play_games
 
     task = cory_env.custom_task(
         ["the movie was", "this film is very", "i love"],

@@ -12,7 +12,9 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 def test_the_readme_python_api_runs(tiny_model_dir, tmp_path, monkeypatch):
     text = README.read_text()
-    [code] = re.findall(r"```python\n(from train\.config import build_config\n.*?)```", text, re.S)
+    [code] = re.findall(
+        r"```python\n(from train\.evaluator import evaluate_run\n.*?)```", text, re.S
+    )
     # the tiny model instead of the embedded one, to keep the suite quick; nothing else changes
     code = code.replace('overrides={"run_dir": "runs/api"}',
                         f'overrides={{"run_dir": "runs/api", "model": {tiny_model_dir!r}, '

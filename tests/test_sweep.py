@@ -101,7 +101,7 @@ def test_committed_results_count_as_done_where_the_run_folders_are_gone(
     def no_training(*args, **kwargs):
         raise AssertionError("a committed grid point was trained again")
 
-    monkeypatch.setattr("train.run.run_training", no_training)
+    monkeypatch.setattr(sweep, "run_training", no_training)
     again = sweep.main(flags)
     assert [r["status"] for r in again] == ["committed"] * 3
     # Asked for more iterations than were committed, a point is not done.

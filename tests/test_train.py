@@ -6,8 +6,10 @@ import pytest
 import yaml
 
 from tests.conftest import read_jsonl, tiny_config
-from train.config import PRESETS, build_config, parse_args
+from train.flags import parse_args
+from train.presets import PRESETS
 from train.run import run_training
+from train.settings import build_config
 
 
 @pytest.mark.parametrize("algorithm", ["cory", "ppo"])
@@ -146,8 +148,11 @@ def test_readme_style_flags_train_end_to_end(tiny_model_dir, tmp_path, capsys):
 def test_callbacks_see_every_phase_in_order_and_every_row(tiny_model_dir, tmp_path):
     import contextlib
 
-    from train.loop import Callback, train
-    from train.run import build_game_and_learners
+    from train.build import build_game_and_learners
+    from train.callbacks import Callback
+    from train.eval_along import TrainingEvaluations
+    from train.loop import train
+    from train.plots import plot_run
 
     class Record(Callback):
         def __init__(self):
@@ -166,7 +171,8 @@ def test_callbacks_see_every_phase_in_order_and_every_row(tiny_model_dir, tmp_pa
                          eval_every=2, eval_queries=2, eval_samples=1)  # fmt: skip
     game, learners = build_game_and_learners(config)
     record = Record()
-    train(config, learners, game, tmp_path / "run", callbacks=[record])
+    train(config, learners, game, tmp_path / "run", callbacks=[record], plots=plot_run,
+          evaluations=lambda path: TrainingEvaluations(config, game.tokenizers, path))  # fmt: skip
     entered = [(name, it) for kind, name, it in record.events if kind == "enter"]
     one = ["rollout", "checkpoint", "learn", "logging"]
     assert entered == [

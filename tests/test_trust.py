@@ -12,8 +12,8 @@ import torch
 
 from tests.conftest import read_jsonl, tiny_config
 from train import compare as compare_script
-from train import evaluate, export, plots, run, sweep
-from train.config import parse_args
+from train import evaluate, evaluator, export, plots, run, sweep
+from train.flags import parse_args
 
 
 def one_line_error(capsys) -> str:
@@ -199,9 +199,9 @@ def test_learners_and_tasks_from_a_module_of_one_s_own(tiny_model_dir, tmp_path,
     # The saved config imports the module again: the run resumes and evaluates as it is.
     config, resume = parse_args(["--resume", str(finished.path), "--iterations", "2"], "cory")
     run.run_training(config, resume)
-    result = evaluate.evaluate_run(finished.path, samples=1)
+    result = evaluator.evaluate_run(finished.path, samples=1)
     assert "untrained copy" in result["reference_is"]["llm_1"]
-    assert result["reference_is"]["llm_0"] == evaluate.BASE_MODEL
+    assert result["reference_is"]["llm_0"] == evaluator.BASE_MODEL
 
 
 def test_a_learner_from_an_installed_package_s_entry_point(tmp_path, monkeypatch):
@@ -231,7 +231,7 @@ def test_a_learner_from_an_installed_package_s_entry_point(tmp_path, monkeypatch
 
 
 def test_files_written_over_are_written_beside_and_swapped_in(tmp_path):
-    from train.run_folder import write_beside, write_text
+    from train.files import write_beside, write_text
 
     target = tmp_path / "config.yaml"
     write_text(target, "old: 1\n")

@@ -41,10 +41,13 @@ import numpy as np
 
 from train import metrics, results
 from train.arguments import ArgumentParser, number_at_least
-from train.run_folder import EVAL_KEY, final_evaluation, write_beside, write_text
+from train.files import write_beside, write_text
+from train.run_folder import EVAL_KEY, final_evaluation
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from train.run_folder import load_run_config, read_evaluations, read_metrics
 
 IGNORED = ("seed", "run_dir", "report_to")
 """Settings in which runs of one group may differ (where logs go changes no result)."""
@@ -86,8 +89,6 @@ def run_folders(paths: list[Path]) -> list[Path]:
 
 
 def load_run(path: Path) -> Run:
-    from train.run_folder import load_run_config, read_evaluations, read_metrics
-
     # Resolved as a run's config is everywhere: older names read under today's, numbers
     # in their declared types (a lora_alpha saved as 32.0 is 32), and a setting added
     # after the run was saved at its default, whose behaviour the run had.

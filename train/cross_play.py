@@ -30,8 +30,15 @@ from typing import Any
 import numpy as np
 
 from cory_env.checks import SettingError
+from cory_env.models import model_problem, resolve
 from train import eval_report as report
 from train import metrics
+from train.build import build_game_and_learners
+from train.checkpoint import find_checkpoint
+from train.evaluator import Evaluator, progress_bar
+from train.memory import rss_peak_mb
+from train.run_folder import load_run_config
+from train.settings import build_config
 
 BASE = "base"
 
@@ -61,8 +68,6 @@ class Player:
 def run_players(items: list[str | Path]) -> list[Player]:
     """The players of ``--cross_play``: every agent of each run folder, each ``RUN:AGENT``
     or model named, then the base model (once)."""
-    from train.run_folder import load_run_config
-
     players = []
     for item in items:
         if (Path(item) / "config.yaml").is_file():
@@ -76,9 +81,6 @@ def run_players(items: list[str | Path]) -> list[Player]:
 def seated_config(players: dict[str, Player], template: Any) -> Any:
     """The config of a game whose seats hold ``players``: the template's game, task and
     evaluation settings; each seat its player's model, learner and learner settings."""
-    from train.config import build_config
-    from train.run_folder import load_run_config
-
     models, learners, references = {}, {}, {}
     # A base model or a folder samples as the template's first seat does.
     first_name, first_settings = next(iter(template.seat_learners().values()))
@@ -121,8 +123,6 @@ def folder_base(model: str, base: str) -> str | None:
     """The model a seated folder's KL is measured against: the base its export names
     (``cory_export.json``), else ``base`` when the two share a vocabulary (a plain folder
     trained elsewhere from it), else None (the folder itself)."""
-    from cory_env.models import model_problem
-
     export = Path(model) / "cory_export.json"
     if export.is_file():
         try:
@@ -140,8 +140,6 @@ def shares_vocabulary(model: str, base: str) -> bool:
     trained from (a KL to itself would be 0). A model of another family keeps itself."""
     from transformers import AutoConfig
 
-    from cory_env.models import resolve
-
     if model == base:
         return False
     try:
@@ -153,9 +151,6 @@ def shares_vocabulary(model: str, base: str) -> bool:
 
 def template_config(players: list[Player], task: str | None = None) -> Any:
     """The first run's config (its game, task and evaluation settings), or a default one."""
-    from train.config import build_config
-    from train.run_folder import load_run_config
-
     for player in players:
         if player.run is not None:
             return load_run_config(player.run, {"device": "cpu"})
@@ -170,10 +165,6 @@ def play_seats(
 ) -> tuple[Any, dict[str, list[Any]], Any]:
     """Seat ``players`` and play the evaluation set: every seat in every role. Returns the
     config, the answers (labelled ``model``) and the evaluator."""
-    from train.checkpoint import find_checkpoint
-    from train.evaluate import Evaluator, progress_bar
-    from train.run import build_game_and_learners
-
     options = options or {}
     config = seated_config(players, template)
     for player in players.values():
@@ -246,8 +237,6 @@ def pair_cells(
     seats: dict[str, Player], template: Any, options: dict[str, Any] | None
 ) -> tuple[list[dict[str, Any]], float, int]:
     """One pair's cells (each seat as pioneer), its process's peak memory and its pid."""
-    from train.memory import rss_peak_mb
-
     _, answers, _ = play_seats(seats, template, options)
     cells = []
     for pioneer, observer in {("llm_0", "llm_1"), ("llm_1", "llm_0")}:

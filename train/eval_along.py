@@ -21,16 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from train import eval_report as report
-from train.evaluate import Evaluator, build_result, write_eval
-from train.run_folder import EVAL_KEY
+from train.evaluator import Evaluator, build_result, write_eval
+from train.run_folder import EVAL_KEY, EVALS_DIR, eval_stem
 
-EVALS_DIR = "evals"
 ROW_NUMBERS = ("reward", "kl", "distinct_2", "distinct_2_pooled", "repetitive", "entropy")
 """The numbers of each role (and ``all``) that go into ``metrics.jsonl``."""
-
-
-def stem(updates: int) -> str:
-    return f"updates_{updates:06d}"
 
 
 class TrainingEvaluations:
@@ -53,7 +48,7 @@ class TrainingEvaluations:
 
     def begin(self, learners: dict[str, Any], start: int) -> dict[str, Any] | None:
         """The base model's evaluation: made now (a new run) or read back (a resumed one)."""
-        path = self.folder / f"{stem(0)}.json"
+        path = self.folder / f"{eval_stem(0)}.json"
         if path.exists():
             self.base = json.loads(path.read_text())["answers"]
             return None
@@ -79,7 +74,7 @@ class TrainingEvaluations:
             base=self.base, samples={model: shown}, common=common,
             moe={model: sum(moe) / len(moe)} if moe and self.config.algorithm == "moe" else None,
         )  # fmt: skip
-        write_eval(self.folder, result, stem(updates))
+        write_eval(self.folder, result, eval_stem(updates))
         if updates == 0:
             self.base = answers
         row = metrics_row(result, model, updates)

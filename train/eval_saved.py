@@ -28,9 +28,12 @@ from typing import Any
 from cory_env.checks import SettingError
 from train import eval_report as report
 from train.arguments import ArgumentParser
-from train.eval_along import EVALS_DIR, metrics_row, stem
+from train.cross_play import Player, play_seats
+from train.eval_along import metrics_row
+from train.evaluator import build_result, write_eval
+from train.files import write_text
 from train.results import save_results
-from train.run_folder import load_run_config, write_text
+from train.run_folder import EVALS_DIR, eval_stem, load_run_config
 
 SAVED_PATTERN = re.compile(r"updates_(\d+)")
 
@@ -53,8 +56,6 @@ def saved_updates(saved: Path) -> dict[int, Path]:
 
 def seats_of(folder: Path, agents: list[str]) -> dict[str, Any]:
     """The players of one ``updates_<n>`` folder: one model folder per agent of the run."""
-    from train.cross_play import Player
-
     missing = [agent for agent in agents if not (folder / agent / "config.json").is_file()]
     if missing:
         raise SettingError(
@@ -74,9 +75,6 @@ def evaluate_saved(
 ) -> list[dict[str, Any]]:
     """Evaluate every ``updates_<n>`` of ``saved`` (or those of ``updates``, with 0) as
     ``like`` evaluates its own; the rows."""
-    from train.cross_play import play_seats
-    from train.evaluate import build_result, write_eval
-
     template = load_run_config(like, {"device": "cpu"})
     folders = saved_updates(saved)
     if updates is not None:
@@ -98,7 +96,7 @@ def evaluate_saved(
     rows, base = [], None
     for n, folder in folders.items():
         model = report.REFERENCE if n == 0 else report.TRAINED
-        done = out / EVALS_DIR / f"{stem(n)}.json"
+        done = out / EVALS_DIR / f"{eval_stem(n)}.json"
         if done.is_file():  # evaluated by an earlier call: a run still saving is resumed
             result = json.loads(done.read_text())
             base = result["answers"] if n == 0 else base
@@ -111,7 +109,7 @@ def evaluate_saved(
         )
         result["seats"] = {seat: player.label for seat, player in seats.items()}
         result["references"] = dict(config.references or {})
-        write_eval(out / EVALS_DIR, result, stem(n))
+        write_eval(out / EVALS_DIR, result, eval_stem(n))
         base = answers if n == 0 else base
         rows.append(metrics_row(result, model, n))
         write_text(out / "metrics.jsonl", "".join(json.dumps(row) + "\n" for row in rows))

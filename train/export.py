@@ -18,7 +18,14 @@ import shutil
 from pathlib import Path
 
 from agents.base import Exportable
+from agents.state_io import CheckpointError
+from cory_env.checks import SettingError
+from train import hub
 from train.arguments import ArgumentParser
+from train.build import build_game_and_learners
+from train.checkpoint import find_checkpoint, load_json_state, load_learners
+from train.model_card import model_card
+from train.run_folder import base_evaluation, final_evaluation, load_run_config
 
 
 def check_out_dir(out_dir: Path, overwrite: bool) -> None:
@@ -53,17 +60,10 @@ def export_run(
 ) -> dict[str, Path]:
     """Load the run's checkpoint and export every agent that has an LLM policy (and push
     them to the hub, ``push_to_hub`` naming the repository)."""
-    from train.checkpoint import find_checkpoint, load_json_state, load_learners
-    from train.model_card import model_card
-    from train.run import build_game_and_learners
-    from train.run_folder import base_evaluation, final_evaluation, load_run_config
-
     run_dir, out_dir = Path(run_dir), Path(out_dir)
     check_out_dir(out_dir, overwrite)
     config = load_run_config(run_dir, {"device": "cpu"})
     if push_to_hub is not None:
-        from train import hub
-
         repos = hub.repo_ids(push_to_hub, list(config.seat_learners()))
         api = hub.check_hub()
     iteration = load_json_state(find_checkpoint(run_dir))["iteration"]
@@ -96,9 +96,6 @@ def export_run(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Path]:
-    from agents.state_io import CheckpointError
-    from cory_env.checks import SettingError
-
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, help="a run folder with a checkpoint")
     parser.add_argument("out_dir", type=Path, help="a new folder for the exported agents")

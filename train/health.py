@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from train.run_folder import read_metrics
+
 UNHEALTHY_SHARE = 0.25
 """A run warns when more than this share of its updates is outside the band."""
 SETTINGS = (
@@ -145,8 +147,6 @@ class HealthWatch:
 def health_table(paths: list[Path], band: Band | None = None) -> str:
     """A markdown table, one row per run found under ``paths``: its updates (agent x
     iteration), the medians over them and the share outside ``band``."""
-    from train.run_folder import read_metrics
-
     runs = sorted({m.parent for p in paths for pattern in ("metrics.jsonl", "metrics.jsonl.gz")
                    for m in ([Path(p) / pattern] if (Path(p) / pattern).is_file()
                              else Path(p).rglob(pattern))})  # fmt: skip

@@ -6,10 +6,8 @@ any other learner share it. One iteration = one batch of ``batch_size`` games.
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,50 +18,14 @@ from tqdm.auto import tqdm
 from agents.base import Learner
 from cory_env import BatchedTextGame
 from cory_env.checks import SettingError
+from train.callbacks import Callback, Evaluations, Hooks
 from train.checkpoint import CheckpointWriter, load_checkpoint
 from train.config import TrainConfig
 from train.distributed import Processes
+from train.games import batch_samples, play_games
 from train.health import Band, HealthWatch
 from train.memory import reset_rss_peak, rss_peak_mb
-from train.plots import plot_run
 from train.run_folder import RunDirectory
-
-
-def make_game(
-    config: TrainConfig,
-    tokenizers: Any,
-    *,
-    task: Any = None,
-    task_settings: dict[str, Any] | None = None,
-    group_size: int | None = None,
-    batch_size: int | None = None,
-) -> BatchedTextGame:
-    """The batched game of a config; ``tokenizers`` is one tokenizer or one per seat.
-
-    Evaluation plays the same game on its own terms: another ``task_settings`` (the held-out
-    split), or a ``task`` already built, with its own ``group_size`` and ``batch_size``."""
-    settings: dict[str, Any] = (
-        {}
-        if task is not None
-        else dict(config.task_settings if task_settings is None else task_settings)
-    )
-    game = dataclasses.asdict(config.game)
-    if group_size is not None:
-        game["group_size"] = group_size
-    settings.update({k: v for k, v in game.items() if v is not None})  # None: the task's
-    return BatchedTextGame(
-        config.task if task is None else task,
-        batch_size=config.batch_size if batch_size is None else batch_size,
-        tokenizer=tokenizers,
-        **settings,
-    )
-
-
-def play_games(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
-    """Play the current batch of games to the end (evaluation stops here: nothing is kept)."""
-    while not game.done:
-        agent = game.agent_selection
-        game.step(learners[agent].act(game.observe(agent)), agent=agent)
 
 
 def play_batch(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
@@ -136,68 +98,8 @@ def iteration_metrics(
     return row
 
 
-def batch_samples(game: BatchedTextGame, n: int) -> list[dict[str, Any]]:
-    """The first ``n`` games of the batch: query, then each role's answer, score and reward."""
-    roles = game.roles
-    out = []
-    for b in range(min(n, game.batch_size)):
-        sample: dict[str, Any] = {"query": game.queries[b].text}
-        for agent in game.agents_by_role:
-            sample[roles[agent]] = {
-                "agent": agent,
-                "response": game.responses[agent][b],
-                "score": float(game.scores[agent][b]),
-                "reward": float(game.rewards[agent][b]),
-            }
-        out.append(sample)
-    return out
-
-
 HEALTH_AFTER = 3
 """Iterations after which the loop says (once) that the updates so far are too large."""
-
-
-class Callback:
-    """Hooks into the loop: subclass and override what you need (every hook does nothing).
-
-    :meth:`phase` is entered around each phase of the loop, in this order per iteration:
-    ``rollout`` (reset and play a batch), ``checkpoint`` (wait for the previous write),
-    ``learn``, ``logging``, ``evaluation`` (when one is due), ``checkpoint`` (start the
-    next write); after the last iteration ``final checkpoint write`` and ``plots``. A
-    benchmark times them (``bench/bench_train.py``); a tracker reads :meth:`on_row`.
-    """
-
-    @contextlib.contextmanager
-    def phase(self, name: str, iteration: int) -> Iterator[None]:
-        yield
-
-    def on_row(self, row: dict[str, Any]) -> None:
-        """A row of ``metrics.jsonl`` (an iteration's or an evaluation's) as it is logged."""
-
-    def on_samples(self, iteration: int, samples: list[dict[str, Any]]) -> None:
-        """The games ``samples.jsonl`` gets (every ``sample_every`` iterations)."""
-
-
-class _Hooks:
-    """Every callback's hook at once."""
-
-    def __init__(self, callbacks: Sequence[Callback]) -> None:
-        self.callbacks = list(callbacks)
-
-    @contextlib.contextmanager
-    def phase(self, name: str, iteration: int) -> Iterator[None]:
-        with contextlib.ExitStack() as stack:
-            for callback in self.callbacks:
-                stack.enter_context(callback.phase(name, iteration))
-            yield
-
-    def on_row(self, row: dict[str, Any]) -> None:
-        for callback in self.callbacks:
-            callback.on_row(row)
-
-    def on_samples(self, iteration: int, samples: list[dict[str, Any]]) -> None:
-        for callback in self.callbacks:
-            callback.on_samples(iteration, samples)
 
 
 def train(
@@ -209,6 +111,8 @@ def train(
     processes: Processes | None = None,
     callbacks: Sequence[Callback] = (),
     checkpoints: CheckpointWriter | None = None,
+    evaluations: Callable[[Path], Evaluations] | None = None,
+    plots: Callable[[Path], object] | None = None,
 ) -> RunDirectory | None:
     """Run ``config.iterations`` iterations (continuing from the checkpoint if ``resume``).
 
@@ -216,7 +120,9 @@ def train(
     numbers are means over all processes and only the main process writes files (the
     others get None back). ``callbacks`` see every phase and row (:class:`Callback`);
     ``checkpoints`` writes the checkpoints (default: a new :class:`CheckpointWriter`,
-    which writes while the next rollout plays).
+    which writes while the next rollout plays). ``evaluations(run_path)`` makes the
+    held-out evaluations along training that the main process runs when ``eval_every``
+    asks (``train/eval_along.py``); ``plots(run_path)`` draws the run's figures at the end.
     """
     processes = processes or Processes()
     restarts, exchange_period = config.restart_on_exchange, game.settings.role_exchange_period
@@ -228,7 +134,7 @@ def train(
                 "set restart_on_exchange false or seat LLM learners there"
             )
     reset_peak_memory()  # the run's own peak, not an earlier run's in this process (a sweep)
-    hooks = _Hooks(callbacks)
+    hooks = Hooks(callbacks)
     main = processes.is_main
     start = load_checkpoint(run_path, learners, game, processes) if resume else 0
     tensorboard = "tensorboard" in config.report_to
@@ -247,7 +153,7 @@ def train(
         disable=not main,
     )
     checkpoints = checkpoints or CheckpointWriter()
-    evaluations = None
+    along = None
     health = HealthWatch(Band(config.health_approx_kl, config.health_clipfrac))
     warned = False
 
@@ -255,12 +161,10 @@ def train(
         run.log_metrics(row)
         hooks.on_row(row)
 
-    if config.eval_every and run is not None:  # the main process evaluates, the others go on
-        from train.eval_along import TrainingEvaluations
-
-        evaluations = TrainingEvaluations(config, game.tokenizers, run.path)
+    if config.eval_every and run is not None and evaluations is not None:
+        along = evaluations(run.path)  # the main process evaluates, the others go on
         with hooks.phase("evaluation", start):
-            first = evaluations.begin(learners, start)
+            first = along.begin(learners, start)
         if first is not None:
             log(first)
     try:
@@ -300,9 +204,9 @@ def train(
                         samples = batch_samples(game, config.n_samples)
                         run.log_samples(iteration, samples)
                         hooks.on_samples(iteration, samples)
-                if evaluations is not None and evaluations.due(iteration):
+                if along is not None and along.due(iteration):
                     with hooks.phase("evaluation", iteration):
-                        log(evaluations.after(iteration, learners))
+                        log(along.after(iteration, learners))
             if (iteration + 1) % config.checkpoint_every == 0 or iteration == config.iterations - 1:
                 with hooks.phase("checkpoint", iteration):
                     checkpoints.save(run_path, learners, game, iteration, processes)
@@ -318,7 +222,7 @@ def train(
             checkpoints.wait()  # on an error too: the last checkpoint lands before the run ends
         if run is not None:
             run.close()
-    if run is not None:
+    if run is not None and plots is not None:
         with hooks.phase("plots", config.iterations):
-            plot_run(run.path)
+            plots(run.path)
     return run

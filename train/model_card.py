@@ -14,6 +14,7 @@ import textwrap
 from typing import Any
 
 from cory_env.core import role_name, roles_for_episode
+from train.eval_report import REFERENCE, concat, summarise
 
 EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 """The hub id of the embedded model (``model: embedded``), for the card's ``base_model``."""
@@ -41,8 +42,6 @@ def _held_out_rows(
     the evaluation's own base rows, or from ``base`` (the evaluation before training)."""
     if not evaluation or "answers" not in evaluation:
         return []
-    from train.eval_report import REFERENCE, concat, summarise
-
     answers = evaluation["answers"]
     if REFERENCE not in answers["model"] and base is not None and "answers" in base:
         answers = concat(answers, base["answers"])
@@ -51,8 +50,6 @@ def _held_out_rows(
 
 
 def _evaluation_table(rows: list[dict[str, Any]], evaluation: dict[str, Any]) -> str:
-    from train.eval_report import REFERENCE
-
     def interval(cell: dict[str, Any] | None) -> str:
         if not cell:
             return "n/a"

@@ -17,7 +17,15 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+from agents.state_io import CheckpointError
+from cory_env.checks import SettingError
+from cory_env.query import Query
 from train.arguments import ArgumentParser, non_empty_text, number_at_least
+from train.build import build_game_and_learners
+from train.checkpoint import find_checkpoint, load_learners
+from train.games import batch_samples, make_game, play_games
+from train.run_folder import load_run_config
+from train.settings import build_config
 
 WIDTH = 88
 
@@ -27,11 +35,6 @@ def load_players(
 ) -> tuple[Any, list[Any], dict[str, Any]]:
     """The config, the seats' tokenizers and the learners of a run (from its checkpoint),
     or of the given models."""
-    from train.checkpoint import find_checkpoint, load_learners
-    from train.config import build_config
-    from train.run import build_game_and_learners
-    from train.run_folder import load_run_config
-
     if run_dir is not None:
         config = load_run_config(run_dir, {"device": "cpu", **({"task": task} if task else {})})
         find_checkpoint(run_dir)  # a run without a checkpoint fails before models load
@@ -54,8 +57,6 @@ class Table:
     def __init__(
         self, config: Any, tokenizers: list[Any], learners: dict[str, Any], pioneer: str | None
     ) -> None:
-        from train.loop import make_game
-
         self.config, self.learners = config, learners
         self.game = make_game(config, tokenizers, group_size=1, batch_size=1)
         agents = config.agents
@@ -66,9 +67,6 @@ class Table:
 
     def play(self, text: str, budget: int | None = None) -> dict[str, Any]:
         """Every agent's answer to ``text`` in its role, with scores and rewards."""
-        from cory_env.query import Query
-        from train.loop import batch_samples, play_games
-
         game = self.game
         text = text.strip()
         if not text:
@@ -102,9 +100,6 @@ def show(sample: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    from agents.state_io import CheckpointError
-    from cory_env.checks import SettingError
-
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, nargs="?", help="a run folder with a checkpoint")
     parser.add_argument("--model", action="append", default=[], metavar="FOLDER",
@@ -123,8 +118,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         parser.error(f"{args.run_dir} is not a run folder (it has no config.yaml)")
     try:
         if args.pioneer is not None:  # before any model loads
-            from train.run_folder import load_run_config
-
             seats = (load_run_config(args.run_dir).agents if args.run_dir is not None
                      else [f"llm_{i}" for i in range(len(args.model))])  # fmt: skip
             if args.pioneer not in seats:

@@ -10,7 +10,8 @@ from pathlib import Path
 import matplotlib
 
 from train.arguments import ArgumentParser
-from train.run_folder import read_metrics, write_beside
+from train.files import write_beside
+from train.run_folder import read_metrics
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -19,13 +19,14 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from train.files import write_beside
+
 DONE = "done.json"
 DROPPED = ("rows",)
 """Keys of an evaluation left out of its compact copy (recomputed from its answers)."""
 
 
 def _write_gzip(path: Path, text: str) -> None:
-    from train.run_folder import write_beside
 
     def write(tmp: Path) -> None:
         with gzip.open(tmp, "wt", encoding="utf-8", compresslevel=9) as f:

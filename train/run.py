@@ -1,161 +1,31 @@
-"""Wire a config to a game and learners, then hand them to the training loop."""
+"""Train a config: check its folder and trackers, build its game and learners, hand them to
+the loop with evaluations along the way, then write the run's summary."""
 
 from __future__ import annotations
 
 import time
-from functools import partial
 from pathlib import Path
-from typing import Any
 
-import torch
-
-from agents.base import Learner
-from agents.policy import ModelPool
-from agents.registry import Seat, build_learner
 from agents.state_io import CheckpointError
-from cory_env import BatchedTextGame, load_causal_lm, load_tokenizer, pad_token_id
 from cory_env.checks import SettingError
-from cory_env.models import ModelNotFound, model_problem, resolve
 from train import allocator
+from train.build import build_game_and_learners, make_accelerator
 from train.checkpoint import checkpoint_updates
-from train.config import TrainConfig, parse_args
+from train.config import TrainConfig
 from train.distributed import Processes
+from train.eval_along import TrainingEvaluations
+from train.flags import parse_args
 from train.health import Band
-from train.loop import make_game, train
+from train.loop import train
+from train.plots import plot_run
 from train.run_folder import RunDirectory, check_run_path
 from train.summary import run_summary, summary_values
-from train.trackers import Trackers, prepare_trackers
-
-
-def make_accelerator(config: TrainConfig) -> Any:
-    from accelerate import Accelerator
-
-    if config.device == "cuda" and not torch.cuda.is_available():
-        raise SettingError("device: 'cuda', but no CUDA device is visible; use cpu or auto")
-    use_cpu = config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available())
-    return Accelerator(cpu=use_cpu, mixed_precision=config.mixed_precision)
-
-
-def lora_config(config: TrainConfig) -> Any:
-    if not config.lora:
-        return None
-    try:
-        from peft import LoraConfig
-    except ImportError as err:
-        raise ImportError("lora=True needs peft: pip install 'peft>=0.12'") from err
-    return LoraConfig(
-        r=config.lora_r,
-        lora_alpha=config.lora_alpha,
-        lora_dropout=0.0,
-        target_modules=config.lora_target_modules,
-        task_type="CAUSAL_LM",
-    )
+from train.tracker_setup import prepare_trackers
+from train.trackers import Trackers
 
 
 def default_run_dir(config: TrainConfig) -> Path:
     return Path("runs") / f"{config.algorithm}-{config.task}-{time.strftime('%Y%m%d-%H%M%S')}"
-
-
-def _model_setting(config: TrainConfig, agent: str) -> str:
-    named = agent in (config.models or {})
-    return f"models.{agent}" if named else f"model (seat {agent})"
-
-
-def check_models(config: TrainConfig) -> dict[str, str]:
-    """Every seat's model, refused in one line when it cannot load (a missing folder, a hub
-    id offline), before any weight is read; returns the model of every seat."""
-    seat_models = config.seat_models()
-    for agent, model in seat_models.items():
-        problem = model_problem(model)
-        if problem is not None:
-            raise SettingError(f"{_model_setting(config, agent)}: {problem}")
-    for agent, reference in (config.references or {}).items():
-        problem = model_problem(reference)
-        if problem is not None:
-            raise SettingError(f"references.{agent}: {problem}")
-    config.model_references()  # one reference per model
-    return seat_models
-
-
-def build_game_and_learners(
-    config: TrainConfig, accelerator: Any = None
-) -> tuple[BatchedTextGame, dict[str, Learner]]:
-    """The seeded game and one learner per seat, built from the registry.
-
-    Seats of one base model share its frozen reference (``ModelPool``); every seat is
-    tokenised with its own model's tokenizer.
-    """
-    from accelerate.utils import set_seed
-
-    seat_models = check_models(config)
-    set_seed(config.seed)
-    accelerator = accelerator or make_accelerator(config)
-    tokenizers = {}
-    for agent, model in seat_models.items():
-        try:
-            tokenizers[agent] = load_tokenizer(model)
-        except ModelNotFound as err:
-            raise SettingError(f"{_model_setting(config, agent)}: {err}") from None
-    game = make_game(config, list(tokenizers.values()))
-    pool = ModelPool(
-        partial(load_causal_lm, load_in_4bit=config.load_in_4bit),
-        lora_config(config),
-        activation_checkpointing=config.activation_checkpointing,
-        references=config.model_references(),
-    )
-    learners: dict[str, Learner] = {}
-    for i, (agent, (name, settings)) in enumerate(config.seat_learners().items()):
-        seat = Seat(
-            agent=agent,
-            index=i,
-            n_agents=config.game.n_agents,
-            settings=settings,
-            tokenizer=tokenizers[agent],
-            vocab_size=int(game.action_space(agent).n),
-            pad_token_id=pad_token_id(tokenizers[agent]),
-            model=seat_models[agent],
-            model_pool=pool,
-            accelerator=accelerator,
-            seed=Processes(accelerator).game_seed(config.seed) + 1000 * i,
-            group_size=config.game.group_size,
-            max_new_tokens=game.budget_high,
-        )
-        learners[agent] = build_learner(name, seat)
-    if config.rollout_engine != "none":
-        attach_engines(config, game, learners, seat_models, tokenizers)
-    return game, learners
-
-
-def attach_engines(
-    config: TrainConfig,
-    game: BatchedTextGame,
-    learners: dict[str, Learner],
-    seat_models: dict[str, str],
-    tokenizers: dict[str, Any],
-) -> None:
-    """One vLLM engine per base model, shared by the LLM seats that play it."""
-    from agents.engine import VLLMEngine, require_vllm
-
-    try:
-        require_vllm()
-    except ImportError as err:
-        raise SettingError(str(err)) from None
-    engines: dict[str, VLLMEngine] = {}
-    seats = {agent: resolve(seat_models[agent]) for agent in learners}
-    for agent, learner in learners.items():
-        if not hasattr(learner, "attach_engine"):
-            continue  # not an LLM learner: it acts as it does
-        model = seats[agent]
-        if model not in engines:
-            engines[model] = VLLMEngine(
-                model,
-                max_model_len=game.context_length + game.budget_high,
-                dtype="bfloat16" if config.mixed_precision == "bf16" else "float32",
-                seed=config.seed,
-                lora_rank=config.lora_r if config.lora else None,
-                seats=list(seats.values()).count(model),
-            )
-        learner.attach_engine(engines[model], tokenizers[agent].eos_token_id)
 
 
 def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDirectory | None:
@@ -188,8 +58,12 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
             print(note)
     game, learners = build_game_and_learners(config, accelerator)
     trackers = Trackers(config, run_path) if processes.is_main else None
-    run = train(config, learners, game, run_path, resume_dir is not None, processes,
-                callbacks=[trackers] if trackers is not None else [])  # fmt: skip
+    run = train(
+        config, learners, game, run_path, resume_dir is not None, processes,
+        callbacks=[trackers] if trackers is not None else [],
+        evaluations=lambda path: TrainingEvaluations(config, game.tokenizers, path),
+        plots=plot_run,
+    )  # fmt: skip
     if run is not None:
         summary = run_summary(run.path, Band(config.health_approx_kl, config.health_clipfrac))
         print(summary)

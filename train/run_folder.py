@@ -10,11 +10,15 @@ and ``eval.json`` (``train/evaluate.py``). Compact copies of its results
 from __future__ import annotations
 
 import json
-import os
 import shutil
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from train import results
+from train.checkpoint import find_checkpoint
+from train.config import TrainConfig
+from train.files import write_text
+from train.settings import build_config, load_config_file
 
 RUN_OUTPUTS = frozenset({
     "config.yaml", "metrics.jsonl", "samples.jsonl", "tensorboard", "curves.png",
@@ -24,34 +28,23 @@ RUN_OUTPUTS = frozenset({
 """What a run writes into its folder; a folder holding anything else is never deleted."""
 
 
-def write_beside(path: Path, write: Callable[[Path], Any]) -> Path:
-    """``write(tmp)`` into a file beside ``path``, then move it into place: a reader, or a
-    crash, never meets half a file, and the previous one stays whole until the new one is."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.partial{path.suffix}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
-def write_text(path: Path, text: str) -> Path:
-    """:func:`write_beside` for text."""
-    return write_beside(path, lambda tmp: tmp.write_text(text))
-
-
 RUN_FILES = ("config.yaml", "metrics.jsonl", "samples.jsonl", "checkpoint", "checkpoint.old")
 """The files whose presence means that a folder holds a run."""
 EVAL_KEY = "eval/updates"
 """The key that marks a row of ``metrics.jsonl`` as a held-out evaluation, not an iteration."""
+EVAL_FORMAT = 2
+"""Version of ``eval.json``: 2 records every answer of a fixed evaluation set."""
+EVALS_DIR = "evals"
+"""The folder of the evaluations along training (``--eval_every``)."""
+
+
+def eval_stem(updates: int) -> str:
+    """The name (without suffix) of the evaluation along training after ``updates`` updates."""
+    return f"updates_{updates:06d}"
 
 
 def _rows(run_dir: Path) -> list[dict]:
     """The rows of ``metrics.jsonl`` (or of its compact copy, ``train/results.py``)."""
-    from train import results
-
     path = Path(run_dir) / "metrics.jsonl"
     if not results.exists(path):
         raise FileNotFoundError(f"{path} does not exist: is {run_dir} a run folder?")
@@ -148,9 +141,7 @@ class RunDirectory:
 
 def base_evaluation(path: Path) -> dict[str, Any] | None:
     """The evaluation before the first update (``--eval_every``): the base model's answers."""
-    from train import results
-
-    file = Path(path) / "evals" / "updates_000000.json"
+    file = Path(path) / EVALS_DIR / f"{eval_stem(0)}.json"
     return json.loads(results.read_text(file)) if results.exists(file) else None
 
 
@@ -158,17 +149,14 @@ def final_evaluation(path: Path) -> dict[str, Any] | None:
     """The run's last held-out evaluation: ``eval.json``, else the last of ``evals/`` (of a
     run folder or its compact results); None where there is none, or (with a note) where it
     is of an older format."""
-    from train import results
-    from train.evaluate import FORMAT
-
     path = Path(path)
-    along = {p.name.removesuffix(".gz") for p in (path / "evals").glob("updates_*.json*")}
-    candidates = [path / "eval.json", *(path / "evals" / n for n in sorted(along, reverse=True))]
+    along = {p.name.removesuffix(".gz") for p in (path / EVALS_DIR).glob("updates_*.json*")}
+    candidates = [path / "eval.json", *(path / EVALS_DIR / n for n in sorted(along, reverse=True))]
     for file in candidates:
         if not results.exists(file):
             continue
         evaluation = json.loads(results.read_text(file))
-        if evaluation.get("format") != FORMAT:
+        if evaluation.get("format") != EVAL_FORMAT:
             print(f"{file} is an evaluation of an older format (no fixed set, no answers): "
                   "left out; evaluate the run again with train/evaluate.py")  # fmt: skip
             return None
@@ -178,8 +166,6 @@ def final_evaluation(path: Path) -> dict[str, Any] | None:
 
 def has_checkpoint(run_path: Path) -> bool:
     """Whether the folder holds a complete checkpoint to resume from."""
-    from train.checkpoint import find_checkpoint
-
     try:
         find_checkpoint(run_path)
     except FileNotFoundError:
@@ -229,10 +215,8 @@ def check_run_path(run_path: Path, resume: bool) -> None:
     clear_run_folder(run_path, again="start the run again")
 
 
-def load_run_config(run_dir: Path, overrides: dict[str, Any] | None = None) -> Any:
+def load_run_config(run_dir: Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
     """A run's saved config (its own algorithm), with ``overrides``."""
-    from train.config import build_config, load_config_file
-
     config_file = Path(run_dir) / "config.yaml"
     if not config_file.is_file():
         raise FileNotFoundError(f"{run_dir}: not a run folder (it has no config.yaml)")

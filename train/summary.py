@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from train.health import Band, HealthWatch
+from train.run_folder import read_evaluations, read_metrics
 
 SHORT = 10
 """Runs of fewer iterations are said to test the plumbing only (the smoke preset has 3)."""
@@ -26,8 +27,6 @@ def summary_values(run_path: Path, rows: list[dict] | None = None) -> dict[str, 
     """The summary's numbers (for trackers): each agent's last score and KL, seconds per
     iteration after the first, peak memory, and the last held-out reward and KL.
     ``rows``: the run's metrics rows, when the caller has read them already."""
-    from train.run_folder import read_evaluations, read_metrics
-
     rows = read_metrics(run_path) if rows is None else rows
     if not rows:
         return {}
@@ -52,8 +51,6 @@ def summary_values(run_path: Path, rows: list[dict] | None = None) -> dict[str, 
 def run_summary(run_path: Path, band: Band | None = None) -> str:
     """First and last task score and KL per agent, update health (``band``: the healthy
     one, train/health.py), s/iteration, peak memory, folder, disk."""
-    from train.run_folder import read_evaluations, read_metrics
-
     run_path = Path(run_path)
     rows = read_metrics(run_path)
     if not rows:

@@ -28,7 +28,21 @@ from typing import Any
 
 import yaml
 
+from cory_env.checks import SettingError
+from cory_env.core import GAME_SETTINGS
+from train import allocator
+from train.algorithms import ALGORITHMS
 from train.arguments import ArgumentParser, number_at_least
+from train.checkpoint import find_checkpoint, load_json_state
+from train.config import TrainConfig
+from train.evaluator import evaluate_run
+from train.files import write_text
+from train.flags import parse_args
+from train.presets import PRESETS
+from train.results import save_results, saved_iterations
+from train.run import run_training
+from train.run_folder import clear_run_folder, load_run_config
+from train.settings import all_learner_settings, parse_yaml
 
 SWEEP_FILE = "sweep.json"
 
@@ -72,8 +86,6 @@ def make_grid(
 
 def run_state(path: Path, iterations: int) -> str:
     """``new``, ``finished``, ``broken`` (resumable) or ``no_checkpoint`` (start again)."""
-    from train.checkpoint import find_checkpoint, load_json_state
-
     if not path.exists() or not any(path.iterdir()):
         return "new"
     try:
@@ -86,8 +98,6 @@ def run_state(path: Path, iterations: int) -> str:
 
 def _comparable(values: dict[str, Any]) -> dict[str, Any]:
     """A config's values as its YAML file holds them, minus what a sweep call may change."""
-    from train.config import parse_yaml
-
     plain = parse_yaml(yaml.safe_dump(values, sort_keys=False))
     for section in ("game", "learner"):  # so that the message says which setting differs
         plain.update({f"{section}.{k}": v for k, v in (plain.pop(section, None) or {}).items()})
@@ -97,8 +107,6 @@ def _comparable(values: dict[str, Any]) -> dict[str, Any]:
 def check_same_config(path: Path, wanted: Any) -> None:
     """A folder of this sweep must hold a run of this grid point's config. The saved config
     is read as a run reads it, so one saved under older setting names still matches."""
-    from train.run_folder import load_run_config
-
     saved = _comparable(load_run_config(path).to_dict())
     want = _comparable(wanted.to_dict())
     differ = sorted(k for k in set(saved) | set(want) if saved.get(k) != want.get(k))
@@ -111,10 +119,6 @@ def check_same_config(path: Path, wanted: Any) -> None:
 
 def run_point(point: GridPoint, out: Path, train_flags: list[str], preset: str | None) -> str:
     """Train one grid point as far as the config asks; returns what was done."""
-    from train.config import parse_args
-    from train.run import run_training
-    from train.run_folder import clear_run_folder, load_run_config
-
     path = out / point.name
     flags = [*(["--preset", preset] if preset else []), *train_flags, *point.flags(path)]
     wanted, _ = parse_args(flags, point.algorithm)
@@ -141,8 +145,6 @@ def run_point(point: GridPoint, out: Path, train_flags: list[str], preset: str |
 
 
 def write_record(out: Path, grid: dict[str, Any], runs: list[dict[str, Any]]) -> None:
-    from train.run_folder import write_text
-
     write_text(out / SWEEP_FILE, json.dumps({"grid": grid, "runs": runs}, indent=1) + "\n")
 
 
@@ -150,9 +152,6 @@ def committed(point: GridPoint, train_flags: list[str], preset: str | None,
               results_dir: Path) -> bool:  # fmt: skip
     """Whether ``results_dir`` holds complete results of this grid point's config, as long
     as asked (``train/results.py``): then the point is done, wherever its run folder is."""
-    from train.config import parse_args
-    from train.results import saved_iterations
-
     dest = results_dir / point.name
     saved = saved_iterations(dest)
     if saved is None:
@@ -201,9 +200,6 @@ def sweep(
     each finished run that has no ``eval.json`` yet; ``results_dir`` receives each finished
     run's compact results and counts a point whose results are there as done; then
     ``on_finish`` runs. A failing run stops the sweep."""
-    from cory_env.checks import SettingError
-    from train.results import save_results
-
     out.mkdir(parents=True, exist_ok=True)
     grid = {"points": len(points), "preset": preset, "train_flags": train_flags}
     runs: list[dict[str, Any]] = []
@@ -229,8 +225,6 @@ def sweep(
         finally:
             gc.collect()
         if evaluate is not None and not (out / point.name / "eval.json").exists():
-            from train.evaluate import evaluate_run
-
             evaluate_run(out / point.name, **evaluate)
             record["evaluated"] = True
         if results_dir is not None:
@@ -244,12 +238,6 @@ def sweep(
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    from cory_env.checks import SettingError
-    from cory_env.core import GAME_SETTINGS
-    from train import allocator
-    from train.algorithms import ALGORITHMS
-    from train.config import PRESETS, TrainConfig, all_learner_settings
-
     parser = ArgumentParser(
         description=__doc__.splitlines()[0],
         epilog="Other flags are training flags (python train/cory.py --help), for every run.",
