@@ -22,10 +22,10 @@ from agents.state_io import CheckpointError
 from cory_env.checks import SettingError
 from train import hub
 from train.arguments import ArgumentParser
-from train.build import build_game_and_learners
-from train.checkpoint import find_checkpoint, load_json_state, load_learners
+from train.checkpoint import load_json_state
 from train.model_card import model_card
 from train.run_folder import base_evaluation, final_evaluation, load_run_config
+from train.trained import build_trained
 
 
 def check_out_dir(out_dir: Path, overwrite: bool) -> None:
@@ -66,9 +66,9 @@ def export_run(
     if push_to_hub is not None:
         repos = hub.repo_ids(push_to_hub, list(config.seat_learners()))
         api = hub.check_hub()
-    iteration = load_json_state(find_checkpoint(run_dir))["iteration"]
-    game, learners = build_game_and_learners(config)
-    load_learners(run_dir, learners)
+    trained = build_trained(config, run_dir)
+    game, learners = trained.game, trained.learners
+    iteration = load_json_state(trained.checkpoint)["iteration"]
     seats = config.seat_learners()
     evaluation, base = final_evaluation(run_dir), base_evaluation(run_dir)
     exported = {}

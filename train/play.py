@@ -22,10 +22,10 @@ from cory_env.checks import SettingError
 from cory_env.query import Query
 from train.arguments import ArgumentParser, non_empty_text, number_at_least
 from train.build import build_game_and_learners
-from train.checkpoint import find_checkpoint, load_learners
 from train.games import batch_samples, make_game, play_games
 from train.run_folder import load_run_config
 from train.settings import build_config
+from train.trained import load_trained
 
 WIDTH = 88
 
@@ -36,11 +36,8 @@ def load_players(
     """The config, the seats' tokenizers and the learners of a run (from its checkpoint),
     or of the given models."""
     if run_dir is not None:
-        config = load_run_config(run_dir, {"device": "cpu", **({"task": task} if task else {})})
-        find_checkpoint(run_dir)  # a run without a checkpoint fails before models load
-        game, learners = build_game_and_learners(config)
-        load_learners(run_dir, learners)
-        return config, game.tokenizers, learners
+        trained = load_trained(run_dir, {"device": "cpu", **({"task": task} if task else {})})
+        return trained.config, trained.game.tokenizers, trained.learners
     algorithm = "ppo" if len(models) == 1 else "cory"
     overrides = {
         "device": "cpu", "task": task or "imdb", "model": models[0], "n_agents": len(models),
