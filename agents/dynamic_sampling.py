@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from agents.rollout import Rollout, concat_rollouts, rollout_rows
+from cory_rl.agents.rollout import Rollout, concat_rollouts, rollout_rows
 
 ZERO_STD = 1e-8
 """A group whose rewards' std is at most this counts as all alike."""

@@ -46,13 +46,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents import state_io
-from agents.policy import PolicyWithValue
-from agents.ppo import PPOAgent, PPOConfig, make_ppo_agent
-from agents.registry import Seat, register_learner
 from cory_env import checks
+from cory_rl.agents import state_io
+from cory_rl.agents.policy import PolicyWithValue
+from cory_rl.agents.ppo import PPOAgent, PPOConfig, make_ppo_agent
+from cory_rl.agents.registry import Seat, register_learner
 
-FORMAT = 1
+ELASTIC_STATE_FORMAT = 1
 """Version of the files :meth:`ElasticReset.save` adds to PPO's."""
 
 
@@ -162,7 +162,8 @@ class ElasticReset:
         tensors.update({f"initial.{n}": t for n, t in self.initial.items()})
         state_io.save_tensors(tensors, path / "elastic_reset.safetensors", writer)
         state_io.save_json(
-            {"format": FORMAT, "learn_calls": self.learn_calls}, path / "elastic_reset.json",
+            {"format": ELASTIC_STATE_FORMAT, "learn_calls": self.learn_calls},
+            path / "elastic_reset.json",
             writer,
         )  # fmt: skip
 
@@ -172,7 +173,7 @@ class ElasticReset:
         self.agent.load(path)
         meta_file, tensor_file = path / "elastic_reset.json", path / "elastic_reset.safetensors"
         meta = state_io.require(state_io.load_json(meta_file), ("format", "learn_calls"), meta_file)
-        if meta["format"] != FORMAT:
+        if meta["format"] != ELASTIC_STATE_FORMAT:
             raise state_io.invalid(meta_file, f"unknown format {meta['format']!r}")
         tensors = state_io.load_tensors(tensor_file)
         expected = {f"{kind}.{n}" for kind in ("ema", "initial") for n in self.params}

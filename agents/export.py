@@ -19,7 +19,7 @@ from typing import Any
 
 from safetensors.torch import save_file
 
-from agents.policy import PolicyWithValue
+from cory_rl.agents.policy import PolicyWithValue
 
 VALUE_HEAD_FILE = "value_head.safetensors"
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from agents.ppo_math import masked_var
+from cory_rl.agents.ppo_math import masked_var
 
 # --------------------------------------------------------------------------------------
 # REINFORCE: returns-to-go and baselines

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from agents.speedups import fuse_lora_sums, recompute_activations
+from cory_rl.agents.speedups import fuse_lora_sums, recompute_activations
 
 
 def lm_forward(

@@ -21,11 +21,11 @@ from typing import Any
 
 import torch
 
-from agents import ppo_math as pm
-from agents.llm import LLMConfig, LLMLearner
-from agents.registry import Seat, register_learner
-from agents.update import minibatch_update
 from cory_env import checks
+from cory_rl.agents import ppo_math as pm
+from cory_rl.agents.llm import LLMConfig, LLMLearner
+from cory_rl.agents.registry import Seat, register_learner
+from cory_rl.agents.update import minibatch_update
 
 
 @dataclass

@@ -25,10 +25,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import agents
-from agents.base import PROTOCOL_METHODS, Learner
 from cory_env.checks import SettingError, deprecated, free_name
 from cory_env.plugins import LEARNERS, load_plugins
+from cory_rl import agents
+from cory_rl.agents.base import PROTOCOL_METHODS, Learner
 
 
 @dataclass
@@ -122,7 +122,7 @@ def _discover() -> None:
     _DISCOVERED = True
     for module in pkgutil.iter_modules(agents.__path__):
         if not module.name.startswith("_"):
-            importlib.import_module(f"agents.{module.name}")
+            importlib.import_module(f"{agents.__name__}.{module.name}")
     load_plugins(LEARNERS)
 
 

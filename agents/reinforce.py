@@ -27,14 +27,14 @@ from typing import Any
 
 import torch
 
-from agents import pg_math as pg
-from agents import ppo_math as pm
-from agents import state_io
-from agents.llm import LLMConfig, LLMLearner
-from agents.policy import PolicyWithValue, Reference
-from agents.registry import Seat, register_learner
-from agents.update import minibatch_update
 from cory_env import checks
+from cory_rl.agents import pg_math as pg
+from cory_rl.agents import ppo_math as pm
+from cory_rl.agents import state_io
+from cory_rl.agents.llm import LLMConfig, LLMLearner
+from cory_rl.agents.policy import PolicyWithValue, Reference
+from cory_rl.agents.registry import Seat, register_learner
+from cory_rl.agents.update import minibatch_update
 
 BASELINES = ("batch_mean", "running_mean", "none")
 

@@ -29,11 +29,11 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import torch
 
-from agents import ppo_math as pm
-from agents.rollout import by_prompt_length, response_logits
+from cory_rl.agents import ppo_math as pm
+from cory_rl.agents.rollout import by_prompt_length, response_logits
 
 if TYPE_CHECKING:
-    from agents.llm import LLMLearner
+    from cory_rl.agents.llm import LLMLearner
 
 LossFn = Callable[
     [dict[str, torch.Tensor], torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, Any]]

@@ -21,8 +21,8 @@ from pathlib import Path
 
 PLAY = """
 import json, sys
-from train.cross_play import cross_play, run_players
-from train.memory import rss_peak_mb
+from cory_rl.train.cross_play import cross_play, run_players
+from cory_rl.train.memory import rss_peak_mb
 items, queries = json.loads(sys.argv[1]), int(sys.argv[2])
 cells = cross_play(run_players(items), {"samples": 1, "max_queries": queries})
 pairs = {(c["pioneer"], c["observer"]) for c in cells}

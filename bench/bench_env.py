@@ -27,8 +27,8 @@ import numpy as np
 import torch
 
 import cory_env
-from agents.policy import build_policies, lm_forward
-from agents.ppo import PPOAgent, PPOConfig
+from cory_rl.agents.policy import build_policies, lm_forward
+from cory_rl.agents.ppo import PPOAgent, PPOConfig
 
 TARGET = 0.05
 

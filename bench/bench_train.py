@@ -85,14 +85,14 @@ import numpy as np
 import torch
 from torch import nn
 
-import train.loop as loop
-from agents.llm import LLMLearner, Probe
-from agents.rollout import Turn
-from train import allocator
-from train.build import build_game_and_learners
-from train.config import TrainConfig
-from train.memory import reset_rss_peak, rss_peak_mb
-from train.settings import build_config
+import cory_rl.train.loop as loop
+from cory_rl.agents.llm import LLMLearner, Probe
+from cory_rl.agents.rollout import Turn
+from cory_rl.train import allocator
+from cory_rl.train.build import build_game_and_learners
+from cory_rl.train.config import TrainConfig
+from cory_rl.train.memory import reset_rss_peak, rss_peak_mb
+from cory_rl.train.settings import build_config
 
 ROWS = (
     # (key, label, parent)

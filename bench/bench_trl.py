@@ -1,101 +1,25 @@
 """This project's GRPO and RLOO learners next to TRL 1.x's ``GRPOTrainer`` and ``RLOOTrainer``
 on the same work: seconds per step, peak memory and the tokens generated and trained on.
 
-What one step is, on both sides: one generation cycle of ``prompts x group_size``
-completions (one rollout of the game, one generation batch of TRL) and every optimiser
-step taken on it (``epochs x answers / mini_batch_size``: ours ``learn``, TRL's optimiser
-steps until the next generation). Per learner, four runs, each in its own process, one
-after the other, so that each peak memory is its own:
-
-- ours: the real training loop (``train.loop.train`` on ``train.build.build_game_and_learners``
-  for a config of ``train.settings.build_config``, as ``bench/bench_train.py`` runs it), timed
-  through the loop's callback hooks (rollout + learn of every iteration) and counted
-  through the learners' probes (``agents.llm.Probe``); nothing is patched. Checkpoints are
-  not written (the loop is handed a writer that writes nothing), as TRL saves nothing here;
-  the loop still logs its metrics (not timed);
-- TRL: ``GRPOTrainer`` / ``RLOOTrainer`` with ``GRPOConfig`` / ``RLOOConfig``, timed from
-  ``on_step_begin`` to ``on_step_end`` of each optimiser step (a ``TrainerCallback``; the
-  trainer's logging after the step is not timed) and summed over a generation cycle. A
-  subclass only counts the completion tokens its ``compute_loss`` is given.
-
-Same work: the embedded SmolLM2-135M-Instruct (``cory_env.load_causal_lm`` and
-``load_tokenizer``), fp32; the packaged IMDB openings as plain text (no chat template): ours
-draws them as training does and records each step's, and TRL is given exactly those, in
-that order (``shuffle_dataset=False``), each answered ``group_size`` times; the VADER reward
-(``cory_env.rewards.VaderSentimentReward``) on prompt + completion, decoded without special
-tokens on both sides; ``new_tokens`` new tokens; the learning rate; ``epochs`` passes over
-each batch (ours ``ppo_epochs``, TRL ``num_iterations``); the mini-batch (ours
-``mini_batch_size`` in ``gradient_accumulation_steps`` micro-batches computed
-``forward_batch_size`` = micro-batch rows at a time; TRL ``per_device_train_batch_size`` =
-the micro-batch, ``gradient_accumulation_steps``, ``steps_per_generation`` = answers /
-micro-batch, so ``generation_batch_size`` = answers); the KL coefficient, fixed (TRL
-``beta``, default TRL 1.16's: GRPO 0.0, RLOO 0.05; ours ``init_kl_coef`` with
-``adaptive_kl false``) and its estimator (RLOO: k1 of the sampling policy in the reward;
-GRPO: k3 in the loss); the clipping epsilon (0.2); GRPO's group scaling (``scale_rewards:
-group``) and loss reduction (``loss_type: dapo`` on both: the token sum over the batch's
-tokens per mini-batch);
-RLOO's sequence ratio and mean over answers; no advantage normalisation or score scaling
-(TRL has none); gradient clipping at ``max_grad_norm`` (TRL's default 1.0; 0 = off on both);
-Adam without weight decay at a constant learning rate; sampling at temperature 1, no
-top-k/top-p, no repetition penalty; no vLLM; both processes on one heap allocator
-(``train/allocator.py``, ``--allocator``). Completions are forced to ``new_tokens`` tokens
-where that can be done: TRL with ``generation_kwargs={"min_new_tokens": new_tokens}``.
-
-What cannot be matched exactly, and why:
-
-- EOS: our game ends an answer at EOS (a rule of the game, with no setting to turn it off);
-  TRL cannot sample EOS before ``new_tokens`` here. SmolLM2 rarely ends a plain-text IMDB
-  continuation early; when ours does, the token counts differ and a MISMATCH line says so.
-- The reference model at beta 0 (GRPO's default): TRL then loads none and skips the
-  reference pass; ours skips the pass too (a KL coefficient fixed at 0; the batch's KL is
-  then not reported) but still holds the reference's weights, which its held-out
-  evaluation measures the KL against.
-- Old log-probs: ours records them while sampling (no extra pass); TRL's RLOO always
-  recomputes them with a no-grad forward of the policy, and TRL's GRPO does whenever a
-  generation batch is used for more than one optimiser step (``epochs`` > 1 or a
-  mini-batch smaller than the batch).
-- Generation: TRL calls ``model.generate``; ours plays the game token by token with a KV
-  cache (``LLMLearner.act``) plus the game's bookkeeping. The samples differ (different
-  random streams), so rewards and KL differ between the sides; the work does not.
-- Mini-batch order over several epochs: ours reshuffles the batch every epoch; TRL shuffles
-  the generation batch once and reuses its slices in the same order.
-- GRPO's KL term: TRL 1.16 multiplies k3 by the importance ratio by default
-  (``use_bias_correction_kl=True``), which ours does not; the bench sets it False on TRL
-  (no effect at beta 0, the default).
-- TRL defaults the bench overrides to match ours: ``bf16`` (True by default, on CPU too;
-  ``--bf16`` turns it on for both sides, ours as ``--mixed_precision bf16``),
-  ``gradient_checkpointing`` (True by default; in transformers 5 the alias of
-  ``activation_checkpointing``; ``--activation_checkpointing`` turns it on for both),
-  ``lr_scheduler_type`` (linear decay to 0 by default; ours is constant),
-  ``disable_dropout`` (ours runs the policy in eval mode; SmolLM2 has no dropout anyway).
-- Our default ``max_grad_norm`` is none; the bench gives ours TRL's 1.0. Clipping needs
-  every gradient before the step, so it turns off our Adam-inside-backward speed-up
-  (``--max_grad_norm 0`` turns clipping off on both sides and the speed-up back on).
-- Optimiser: TRL's AdamW (fused, weight decay 0) and ours Adam (fused) are the same update.
-- What else each side does per step: ours logs its metrics (not timed) and plots at the
-  end; TRL computes and logs its own statistics (in the timed step). Memory is each
-  process's peak resident set (``wait4``), setup included: the reference model on both
-  sides where there is one, the game on ours, the dataset and trainer state on TRL's.
-
-Per learner it prints, for ours and for TRL: seconds per step (the mean of the steps after
-the first, a warm-up), peak memory (GB), tokens generated and tokens trained on per step
-(completion tokens: generated = valid tokens sampled, EOS included; trained = valid
-completion tokens through the policy's training forward, summed over the step's passes),
-the mean reward, and the ratios ours/TRL of time and memory; a MISMATCH line for every
-count or prompt list that differs between the sides. ``--out FILE`` saves it all as JSON.
+One step is one generation cycle and every optimiser step taken on it, on both sides; each
+side runs in its own process, one after the other, so that each peak is its own. What is
+matched (model, prompts in order, reward, budgets, learning rate, epochs, mini-batches, KL,
+clipping, loss reduction) and what cannot be, and why: docs/bench-trl.md. It prints both
+sides' figures and their ratios, measured in this one run, and a MISMATCH line for every
+count or prompt list that differs.
 
     python bench/bench_trl.py [--learners grpo rloo] [--steps 4] [--prompts 8]
         [--group_size 4] [--new_tokens 15] [--epochs 1] [--learning_rate 1e-6]
         [--beta B] [--mini_batch_size N] [--gradient_accumulation_steps 1]
         [--max_grad_norm 1.0] [--activation_checkpointing] [--threads N]
         [--device cpu|cuda] [--allocator auto|mimalloc|system] [--out FILE] [--logs DIR]
-    python bench/bench_trl.py --new_tokens 64        # the long setting
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import json
 import os
 import platform
@@ -372,24 +296,25 @@ class OurSteps:
 
 
 def _bench_train() -> Any:
-    """bench/bench_train.py as a module, for its helpers (it imports torch)."""
-    here = str(Path(__file__).resolve().parent)
-    if here not in sys.path:
-        sys.path.insert(0, here)
-    import bench_train
-
-    return bench_train
+    """bench/bench_train.py as a module, for its helpers (it imports torch), loaded from
+    its file beside this one, as a script or from the tests."""
+    path = Path(__file__).resolve().with_name("bench_train.py")
+    spec = importlib.util.spec_from_file_location("bench_train", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("bench_train", module)
+    spec.loader.exec_module(module)
+    return module
 
 
 def run_ours(args: argparse.Namespace, learner: str) -> dict[str, Any]:
     """Train ``args.steps`` iterations of our learner through the real loop, measured."""
     import torch
 
-    import train.loop as loop
-    from train import allocator
-    from train.build import build_game_and_learners
-    from train.checkpoint import CheckpointWriter
-    from train.settings import build_config
+    import cory_rl.train.loop as loop
+    from cory_rl.train import allocator
+    from cory_rl.train.build import build_game_and_learners
+    from cory_rl.train.checkpoint import CheckpointWriter
+    from cory_rl.train.settings import build_config
 
     class NoCheckpoints(CheckpointWriter):
         """Writes nothing: TRL saves nothing here either."""
@@ -438,7 +363,7 @@ def run_trl(args: argparse.Namespace, learner: str, prompts: list[list[str]]) ->
     from cory_env import load_causal_lm, load_tokenizer
     from cory_env.query import Query
     from cory_env.rewards import VaderSentimentReward
-    from train import allocator
+    from cory_rl.train import allocator
 
     plan = make_plan(args)
     trainer_class = getattr(trl, TRL_NAMES[learner])
@@ -521,7 +446,7 @@ def run_trl(args: argparse.Namespace, learner: str, prompts: list[list[str]]) ->
 # ----------------------------------------------------------------------------- processes
 def child_environment(args: argparse.Namespace) -> dict[str, str]:
     """Both sides' environment: training's heap allocator (train/allocator.py)."""
-    from train import allocator
+    from cory_rl.train import allocator
 
     env = allocator.relaunch_environment(
         args.allocator, os.environ, allocator.mimalloc_library(),

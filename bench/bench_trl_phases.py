@@ -34,10 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import bench_trl  # noqa: E402
+import bench_trl  # beside this script: python bench/bench_trl_phases.py puts bench/ first
 
 PHASES = ("generation", "reference / old forward", "forward", "backward", "optimiser", "other")
 
@@ -46,9 +43,9 @@ def ours_phases(args: Any, learner: str) -> dict[str, Any]:
     """Our learner through the real loop with bench_train's recorder: mean phase seconds."""
     import bench_train
 
-    import train.loop as loop
-    from train.build import build_game_and_learners
-    from train.settings import build_config
+    import cory_rl.train.loop as loop
+    from cory_rl.train.build import build_game_and_learners
+    from cory_rl.train.settings import build_config
 
     class Prompts(bench_train.LoopTimer):
         """The recorder's loop timer, also keeping each step's prompts for TRL."""
@@ -162,7 +159,7 @@ def matmul_peak_gflops() -> float:
 
 
 def child(side: str, argv: list[str], learner: str, prompts_file: str | None) -> None:
-    from train import allocator
+    from cory_rl.train import allocator
 
     allocator.relaunch("auto")
     args = bench_trl.parse_args(argv)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from train import allocator
+from cory_rl.train import allocator
 
 LIB = Path("/somewhere/libmimalloc.so")
 

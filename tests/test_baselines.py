@@ -17,25 +17,25 @@ import pytest
 import torch
 
 import cory_env
-from agents import pg_math as pg
-from agents.elastic_reset import (
+from cory_env.checks import SettingError
+from cory_rl.agents import pg_math as pg
+from cory_rl.agents.elastic_reset import (
     ElasticReset,
     elastic_reset_,
     ema_update_,
     reset_parameters,
 )
-from agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
-from agents.policy import build_policies
-from agents.ppo import PPOAgent, PPOConfig
-from agents.reinforce import ReinforceAgent, ReinforceConfig
-from agents.rollout import response_logits
-from agents.state_io import CheckpointError
-from cory_env.checks import SettingError
+from cory_rl.agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
+from cory_rl.agents.policy import build_policies
+from cory_rl.agents.ppo import PPOAgent, PPOConfig
+from cory_rl.agents.reinforce import ReinforceAgent, ReinforceConfig
+from cory_rl.agents.rollout import response_logits
+from cory_rl.agents.state_io import CheckpointError
+from cory_rl.train.flags import parse_args
+from cory_rl.train.loop import play_batch
+from cory_rl.train.run import run_training
+from cory_rl.train.settings import build_config
 from tests.conftest import read_jsonl, tiny_config
-from train.flags import parse_args
-from train.loop import play_batch
-from train.run import run_training
-from train.settings import build_config
 
 D = torch.float64
 

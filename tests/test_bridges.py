@@ -161,7 +161,7 @@ class LastTokenLearner:
 
 
 def test_single_seat_takes_a_protocol_learner_as_a_partner(tok) -> None:
-    from agents.base import Learner, RandomLearner
+    from cory_rl.agents.base import Learner, RandomLearner
 
     partner = RandomLearner(vocab_size=21, seed=0)
     assert isinstance(partner, Learner)

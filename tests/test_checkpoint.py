@@ -13,12 +13,12 @@ import pytest
 import torch
 
 import cory_env
-import train.checkpoint as ckpt
-from agents.base import RandomLearner
-from agents.state_io import CheckpointError
+import cory_rl.train.checkpoint as ckpt
+from cory_rl.agents.base import RandomLearner
+from cory_rl.agents.state_io import CheckpointError
+from cory_rl.train.flags import parse_args
+from cory_rl.train.run import main, run_training
 from tests.conftest import read_jsonl, tiny_config
-from train.flags import parse_args
-from train.run import main, run_training
 
 
 class Payload:
@@ -213,7 +213,7 @@ def test_tensorboard_holds_each_iteration_once_after_a_crash_and_resume(tiny_mod
 def test_tensor_files_are_the_bytes_safetensors_writes(tmp_path):
     from safetensors.torch import save
 
-    from agents import state_io
+    from cory_rl.agents import state_io
 
     tensors = {
         "weight": torch.randn(3, 5),
@@ -238,7 +238,7 @@ def test_tensor_files_are_the_bytes_safetensors_writes(tmp_path):
 
 
 def test_queued_writes_keep_the_values_and_order_of_the_calls(tmp_path):
-    from agents import state_io
+    from cory_rl.agents import state_io
 
     weights, config = torch.zeros(3), {"lr": 1.0}
     queue = state_io.WriteQueue()
@@ -266,7 +266,7 @@ class CountingLearner(RandomLearner):
         return {}
 
     def save(self, path: Path) -> None:
-        from agents import state_io
+        from cory_rl.agents import state_io
 
         super().save(path)
         state_io.save_tensors({"weights": self.weights}, Path(path) / "weights.safetensors")
@@ -278,8 +278,8 @@ def test_the_loop_waits_for_the_checkpoint_before_learning(
     """A slow disk: each checkpoint must still hold the weights of the iteration it saves."""
     import time
 
-    from agents import state_io
-    from train.loop import train
+    from cory_rl.agents import state_io
+    from cory_rl.train.loop import train
 
     real_write = state_io.write_safetensors
     landed: list[float] = []
@@ -303,7 +303,7 @@ def test_the_loop_waits_for_the_checkpoint_before_learning(
 def test_a_failed_background_write_is_raised_and_the_last_checkpoint_survives(
     tiny_tokenizer, tmp_path, monkeypatch
 ):
-    from agents import state_io
+    from cory_rl.agents import state_io
 
     game = small_game(tiny_tokenizer)
     game.reset(seed=0)

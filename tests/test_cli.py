@@ -13,12 +13,12 @@ PYPROJECT = (Path(__file__).parents[1] / "pyproject.toml").read_text()
 SECTION = PYPROJECT.split("[project.scripts]")[1].split("\n[")[0]
 SCRIPTS = dict(re.findall(r'^([\w-]+) = "([\w.:]+)"$', SECTION, flags=re.M))
 MAINS = {
-    "cory-train": "train.run",
-    "cory-eval": "train.evaluate",
-    "cory-export": "train.export",
-    "cory-sweep": "train.sweep",
-    "cory-compare": "train.compare",
-    "cory-play": "train.play",
+    "cory-train": "cory_rl.train.run",
+    "cory-eval": "cory_rl.train.evaluate",
+    "cory-export": "cory_rl.train.export",
+    "cory-sweep": "cory_rl.train.sweep",
+    "cory-compare": "cory_rl.train.compare",
+    "cory-play": "cory_rl.train.play",
 }
 
 

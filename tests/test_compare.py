@@ -9,10 +9,10 @@ import math
 import pytest
 from scipy import stats
 
-from train import compare
-from train import eval_report as report
-from train.run_folder import EVAL_FORMAT as FORMAT
-from train.settings import build_config
+from cory_rl.train import compare, comparison
+from cory_rl.train import eval_report as report
+from cory_rl.train.run_folder import EVAL_FORMAT
+from cory_rl.train.settings import build_config
 
 QUERY_OFFSETS = (-0.1, 0.0, 0.1, 0.0)
 """Per-query offsets of a fake evaluation's rewards (mean 0): 4 queries x 2 samples."""
@@ -37,7 +37,7 @@ def fake_evaluation(reward, kl, offsets=QUERY_OFFSETS):
                             fake_answers("trained", reward, kl, offsets))  # fmt: skip
     rows, summary = report.summarise(answers)
     eval_set = {"seed": 1234, "samples": 2, "queries": ["a", "b", "c", "d"]}
-    return {"format": FORMAT, "eval_set": eval_set, "rows": rows, "summary": summary,
+    return {"format": EVAL_FORMAT, "eval_set": eval_set, "rows": rows, "summary": summary,
             "answers": answers}  # fmt: skip
 
 
@@ -73,14 +73,14 @@ def test_runs_group_by_everything_but_the_seed(tmp_path):
         fake_run(tmp_path / "c0", "cory", 0, 0.1, [0.0], 1.0),
         fake_run(tmp_path / "a2", "ppo", 2, 0.1, [0.0], 1.0),
     ]
-    groups = compare.group_runs([compare.load_run(p) for p in paths])
+    groups = comparison.group_runs([comparison.load_run(p) for p in paths])
     assert [(g.label, [r.path.name for r in g.runs]) for g in groups] == [
         ("ppo init_kl_coef=0.1", ["a0", "a1", "a2"]),
         ("ppo init_kl_coef=0.2", ["b0"]),
         ("cory", ["c0"]),  # nothing varies between cory groups: the algorithm alone
     ]
     # A sweep folder stands for the run folders inside it.
-    assert compare.run_folders([tmp_path]) == sorted(paths)
+    assert comparison.run_folders([tmp_path]) == sorted(paths)
 
 
 def test_a_config_saved_under_older_names_groups_with_today_s(tmp_path):
@@ -95,7 +95,7 @@ def test_a_config_saved_under_older_names_groups_with_today_s(tmp_path):
     del values["rollout_engine"]  # a setting added later: the default's behaviour then
     values["lora_alpha"] = float(values["lora_alpha"])  # 32.0 as older runs saved it
     (old / "config.yaml").write_text(yaml.safe_dump(values))
-    groups = compare.group_runs([compare.load_run(p) for p in (new, old)])
+    groups = comparison.group_runs([comparison.load_run(p) for p in (new, old)])
     assert [(g.label, len(g.runs)) for g in groups] == [("cory", 2)]
 
 
@@ -259,7 +259,7 @@ def test_matched_kl_p_values_are_holm_adjusted_over_the_kls(tmp_path):
 def test_an_evaluation_of_the_older_format_is_left_out_with_a_note(tmp_path, capsys):
     run = fake_run(tmp_path / "p0", "ppo", 0, 0.1, [0.0], 1.0)
     (run / "eval.json").write_text(json.dumps({"summary": {}}))
-    assert compare.load_run(run).evaluation is None
+    assert comparison.load_run(run).evaluation is None
     assert "older format" in capsys.readouterr().out
 
 

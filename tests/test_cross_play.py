@@ -11,12 +11,12 @@ import re
 import pytest
 
 from cory_env.checks import SettingError
+from cory_rl.train import evaluate as ev
+from cory_rl.train import evaluator
+from cory_rl.train.cross_play import BASE, Player
+from cory_rl.train.run import run_training
+from cory_rl.train.run_folder import load_run_config
 from tests.conftest import tiny_config
-from train import evaluate as ev
-from train import evaluator
-from train.cross_play import BASE, Player
-from train.run import run_training
-from train.run_folder import load_run_config
 
 FEW = ["--max_queries", "3", "--samples", "1"]
 
@@ -100,8 +100,8 @@ def test_a_seated_folder_s_kl_is_measured_against_its_base(two_runs, tmp_path, t
     the base measures 0, a trained agent more; both against the run's base model."""
     import shutil
 
-    from train.cross_play import play_seats, template_config
-    from train.export import export_run
+    from cory_rl.train.cross_play import play_seats, template_config
+    from cory_rl.train.export import export_run
 
     exported = export_run(two_runs[0], tmp_path / "export")
     plain = tmp_path / "plain"  # a folder trained elsewhere: no cory_export.json
@@ -131,9 +131,9 @@ def test_folders_saved_elsewhere_are_evaluated_as_a_run_of_ours(
     reference (KL 0 for the base's own weights), later ones are paired with it."""
     import shutil
 
-    from train.compare import load_run, trajectory
-    from train.eval_saved import evaluate_saved, main
-    from train.export import export_run
+    from cory_rl.train.comparison import load_run, trajectory
+    from cory_rl.train.eval_saved import evaluate_saved, main
+    from cory_rl.train.export import export_run
 
     exported = export_run(two_runs[0], tmp_path / "export")
     saved = tmp_path / "saved"
@@ -154,7 +154,7 @@ def test_folders_saved_elsewhere_are_evaluated_as_a_run_of_ours(
     def no_play(*args, **kwargs):
         raise AssertionError("an evaluation already written was played again")
 
-    monkeypatch.setattr("train.eval_saved.play_seats", no_play)
+    monkeypatch.setattr("cory_rl.train.eval_saved.play_seats", no_play)
     # as a call that played only updates 0 left the log: a call reading both back mends it
     (out / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
     assert evaluate_saved(saved, two_runs[0], out, seed=7, options=few) == rows

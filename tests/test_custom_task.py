@@ -153,9 +153,9 @@ def test_a_reward_server_that_is_down(user_folder):
 
 
 def test_trains_from_the_command_line(user_folder, tiny_model_dir):
+    from cory_rl.train.flags import parse_args
+    from cory_rl.train.run import run_training
     from tests.conftest import read_jsonl
-    from train.flags import parse_args
-    from train.run import run_training
 
     folder, module = user_folder
     settings = (

@@ -8,12 +8,12 @@ import sys
 import pytest
 import torch
 
-from agents.dynamic_sampling import DynamicSampling
-from agents.group import GRPOConfig
-from agents.rollout import Rollout, concat_rollouts
 from cory_env.checks import SettingError
+from cory_rl.agents.dynamic_sampling import DynamicSampling
+from cory_rl.agents.group import GRPOConfig
+from cory_rl.agents.rollout import Rollout, concat_rollouts
+from cory_rl.train.run import run_training
 from tests.conftest import read_jsonl, tiny_config, user_module
-from train.run import run_training
 
 
 def rollout(rewards: list[float], width: int = 2, prompt: int = 3, start: int = 0) -> Rollout:

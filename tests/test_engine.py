@@ -12,11 +12,11 @@ import pytest
 import torch
 
 import cory_env
-from agents.engine import Generation, SamplingSettings, hf_weights
-from agents.ppo import PPOConfig
-from agents.rollout import response_logits
+from cory_rl.agents.engine import Generation, SamplingSettings, hf_weights
+from cory_rl.agents.ppo import PPOConfig
+from cory_rl.agents.rollout import response_logits
+from cory_rl.train.loop import play_batch
 from tests.test_ppo_agent import make_agents, target_task
-from train.loop import play_batch
 
 
 class CopyEngine:
@@ -212,8 +212,8 @@ def test_an_absent_vllm_is_one_line_that_says_how_to_install(tiny_model_dir, tmp
     import builtins
 
     from cory_env.checks import SettingError
+    from cory_rl.train.build import build_game_and_learners
     from tests.conftest import tiny_config
-    from train.build import build_game_and_learners
 
     real_import = builtins.__import__
 
@@ -286,8 +286,8 @@ def test_an_engine_with_several_processes_is_refused_before_any_model_loads(
     tiny_model_dir, tmp_path, monkeypatch, no_model_load
 ):
     from cory_env.checks import SettingError
+    from cory_rl.train import run
     from tests.conftest import tiny_config
-    from train import run
 
     class TwoProcesses(run.Processes):
         def __init__(self, accelerator=None):

@@ -7,14 +7,14 @@ import json
 import numpy as np
 import pytest
 
+from cory_rl.train import eval_report as report
+from cory_rl.train import evaluate as ev
+from cory_rl.train import evaluator
+from cory_rl.train.build import build_game_and_learners
+from cory_rl.train.eval_set import EvalSet
+from cory_rl.train.evaluator import Evaluator
+from cory_rl.train.run import run_training
 from tests.conftest import tiny_config
-from train import eval_report as report
-from train import evaluate as ev
-from train import evaluator
-from train.build import build_game_and_learners
-from train.eval_set import EvalSet
-from train.evaluator import Evaluator
-from train.run import run_training
 
 
 @pytest.fixture(scope="module")

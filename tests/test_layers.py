@@ -14,58 +14,36 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# fmt: off
 TRAIN_LAYERS: list[tuple[str, set[str]]] = [
     # lowest first; a module may import its own layer and the ones below
-    (
-        "leaves",
-        {
-            "arguments",
-            "files",
-            "memory",
-            "allocator",
-            "algorithms",
-            "distributed",
-            "hub",
-            "tracker_setup",
-            "metrics",
-            "presets",
-            "callbacks",
-            "eval_set",
-        },
-    ),  # fmt: skip
-    (
-        "core",
-        {"config", "settings", "results", "checkpoint", "run_folder", "games", "build", "trained"},
-    ),  # fmt: skip
+    ("leaves", {"arguments", "files", "memory", "allocator", "algorithms", "distributed", "hub",
+                "tracker_setup", "metrics", "presets", "callbacks", "eval_set"}),
+    ("core", {"config", "settings", "results", "checkpoint", "run_folder", "games", "build",
+              "trained"}),
     ("training", {"health", "loop", "trackers"}),
     ("evaluation", {"eval_report", "evaluator", "eval_along", "cross_play"}),
-    ("analysis", {"plots", "summary", "model_card", "compare"}),
-    (
-        "commands",
-        {
-            "flags",
-            "run",
-            "cory",
-            "ppo",
-            "evaluate",
-            "eval_saved",
-            "export",
-            "play",
-            "sweep",
-            "cli",
-            "__init__",
-        },
-    ),  # fmt: skip
+    ("analysis", {"plots", "summary", "model_card", "comparison", "comparison_figures"}),
+    ("commands", {"flags", "run", "cory", "ppo", "evaluate", "eval_saved", "export", "play",
+                  "sweep", "compare", "cli", "__init__"}),
 ]
-PACKAGES = ["cory_env", "agents", "train"]
-"""The packages, lowest first: cory_env imports neither of the others, agents not train."""
-LAZY = {"train.cli"}
+# fmt: on
+PACKAGES = {"cory_env": "cory_env", "agents": "cory_rl.agents", "train": "cory_rl.train"}
+"""Each folder and its import name, lowest first: cory_env imports neither of the others,
+agents not train."""
+ORDER = list(PACKAGES.values())
+LAZY = {"cory_rl.train.cli"}
 """Modules that may import the project inside functions: the console scripts' entry points,
 so that ``cory-train --help`` does not import torch for ``cory-compare``."""
 
 
 def module_name(path: Path) -> str:
-    return ".".join(path.relative_to(ROOT).with_suffix("").parts)
+    folder, *rest = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join([PACKAGES[folder], *rest])
+
+
+def package_of(module: str) -> str:
+    return next(name for name in reversed(ORDER) if module.startswith(name + "."))
 
 
 def project_imports(path: Path) -> list[tuple[str, int, bool]]:
@@ -83,17 +61,17 @@ def project_imports(path: Path) -> list[tuple[str, int, bool]]:
         else:
             continue
         for name in names:
-            if name.split(".")[0] in PACKAGES:
+            if name.split(".")[0] in (*PACKAGES, "cory_rl"):
                 found.append((name, node.lineno, id(node) in top))
     return found
 
 
 def modules() -> dict[str, Path]:
-    return {module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+    return {module_name(p): p for folder in PACKAGES for p in sorted((ROOT / folder).rglob("*.py"))}
 
 
 def resolve(name: str, known: dict[str, Path]) -> str | None:
-    """The project module an imported name belongs to (``train.loop.train`` -> train.loop)."""
+    """The project module an imported name belongs to (``cory_rl.train.loop.train``: its loop)."""
     while name and name not in known:
         name = name.rpartition(".")[0]
     return name or None
@@ -111,7 +89,7 @@ def graph() -> dict[str, set[str]]:
 
 
 def train_layer(module: str) -> int:
-    short = module.removeprefix("train.")
+    short = module.removeprefix("cory_rl.train.")
     for rank, (_, names) in enumerate(TRAIN_LAYERS):
         if short in names:
             return rank
@@ -122,7 +100,7 @@ def train_layer(module: str) -> int:
 
 def test_every_module_of_train_has_a_layer():
     for module in modules():
-        if module.startswith("train."):
+        if module.startswith("cory_rl.train."):
             train_layer(module)
 
 
@@ -130,15 +108,15 @@ def test_no_import_points_up():
     known = modules()
     wrong = []
     for module, path in known.items():
-        package = PACKAGES.index(module.split(".")[0])
+        package = ORDER.index(package_of(module))
         for name, line, _ in project_imports(path):
             target = resolve(name, known)
             if target is None:
                 continue
             where = f"{path.relative_to(ROOT)}:{line} imports {target}"
-            if PACKAGES.index(target.split(".")[0]) > package:
+            if ORDER.index(package_of(target)) > package:
                 wrong.append(f"{where} (a higher package)")
-            elif module.startswith("train.") and target.startswith("train."):
+            elif module.startswith("cory_rl.train.") and target.startswith("cory_rl.train."):
                 if train_layer(target) > train_layer(module):
                     high, low = (
                         TRAIN_LAYERS[train_layer(target)][0],
@@ -181,14 +159,29 @@ def test_there_is_no_import_circle():
             visit(module)
 
 
+def test_the_project_is_imported_by_its_installed_names_only():
+    """``agents.x`` or ``train.x`` would load a second copy of a module (or another
+    package's ``agents``): every import of the project names ``cory_rl.agents`` or
+    ``cory_rl.train``. Tests, benchmarks and examples included."""
+    files = [p for folder in (*PACKAGES, "tests", "bench", "examples")
+             for p in sorted((ROOT / folder).rglob("*.py"))]  # fmt: skip
+    bare = [
+        f"{path.relative_to(ROOT)}:{line} imports {name}"
+        for path in files
+        for name, line, _ in project_imports(path)
+        if name.split(".")[0] in ("agents", "train")
+    ]
+    assert not bare, "\n".join(bare)
+
+
 def test_the_guard_sees_an_import_that_points_up(tmp_path, monkeypatch):
     """The guard itself: a planted upward import is found."""
     planted = ROOT / "train" / "files.py"
     copy = tmp_path / "files.py"
-    copy.write_text(planted.read_text() + "\nfrom train.loop import train  # planted\n")
+    copy.write_text(planted.read_text() + "\nfrom cory_rl.train.loop import train  # planted\n")
     original = project_imports
     monkeypatch.setitem(
         globals(), "project_imports", lambda path: original(copy if path == planted else path)
     )
-    with pytest.raises(AssertionError, match=r"train/files.py:\d+ imports train.loop"):
+    with pytest.raises(AssertionError, match=r"train/files.py:\d+ imports cory_rl.train.loop"):
         test_no_import_points_up()

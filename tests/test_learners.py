@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 import cory_env
-from agents.registry import Seat, available_learners, register_learner
 from cory_env.checks import SettingError
+from cory_rl.agents.registry import Seat, available_learners, register_learner
+from cory_rl.train.build import build_game_and_learners
+from cory_rl.train.flags import parse_args
+from cory_rl.train.run import run_training
 from tests.conftest import make_tiny_gpt2, read_jsonl, tiny_config
-from train.build import build_game_and_learners
-from train.flags import parse_args
-from train.run import run_training
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -112,7 +112,7 @@ def test_a_learner_class_without_the_protocol_is_refused_at_registration():
 
 
 def test_a_learner_name_another_learner_holds_is_refused_like_a_task_name():
-    from agents import registry
+    from cory_rl.agents import registry
 
     def mine(seat):
         """Not PPO."""
@@ -140,7 +140,7 @@ def test_a_factory_that_returns_no_learner_is_refused(tiny_model_dir, tmp_path):
         with pytest.raises(TypeError, match="lacks the Learner methods"):
             build_game_and_learners(config)
     finally:
-        from agents import registry
+        from cory_rl.agents import registry
 
         registry._REGISTRY.pop("broken")
 
@@ -206,7 +206,7 @@ def test_heterogeneous_seats_each_have_their_model_tokenizer_and_reference(
 
 def test_moe_evaluation_keeps_the_answer_with_the_higher_value(tiny_model_dir, tmp_path):
     """Per query, MoE keeps the answer of the agent whose critic values it higher."""
-    from train.evaluator import Evaluator
+    from cory_rl.train.evaluator import Evaluator
 
     config = tiny_config(tiny_model_dir, tmp_path, algorithm="moe")
     assert (config.game.lam, config.game.sees, config.game.n_agents) == (0.0, "none", 2)

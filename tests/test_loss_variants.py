@@ -12,10 +12,10 @@ import types
 import pytest
 import torch
 
-from agents import pg_math as pg
-from agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
-from agents.policy import build_policies
 from cory_env.checks import SettingError
+from cory_rl.agents import pg_math as pg
+from cory_rl.agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
+from cory_rl.agents.policy import build_policies
 from tests.test_baselines import FIXED, rollout_of, token_logprobs
 
 D = torch.float64
@@ -256,9 +256,9 @@ def test_truncated_answers_leave_the_loss(tiny_tokenizer, tiny_lm):
 
 
 def test_the_variants_are_flags_of_a_run(tiny_model_dir, tmp_path):
+    from cory_rl.train.flags import parse_args
+    from cory_rl.train.run import run_training
     from tests.conftest import read_jsonl
-    from train.flags import parse_args
-    from train.run import run_training
 
     config, _ = parse_args(
         [

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from cory_rl.train import memory
+from cory_rl.train.run import run_training
 from tests.conftest import read_jsonl, tiny_config
-from train import memory
-from train.run import run_training
 
 BLOCK_MB = 256
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from train import metrics
+from cory_rl.train import metrics
 
 
 def test_answer_tokens_are_words_and_punctuation():
@@ -88,9 +88,9 @@ def test_turn_stats_kl_is_the_exact_kl_to_the_reference(tiny_tokenizer, tiny_lm)
     """Summed over each answer: sum_t sum_v p(v) (log p(v) - log q(v)), p the trained policy
     and q the reference, computed here from two plain forward passes of whole sequences."""
     import cory_env
-    from agents.policy import build_policies
-    from agents.ppo import PPOAgent, PPOConfig
-    from train.games import play_games
+    from cory_rl.agents.policy import build_policies
+    from cory_rl.agents.ppo import PPOAgent, PPOConfig
+    from cory_rl.train.games import play_games
 
     task = cory_env.custom_task(
         ["the movie was", "this film is very", "i love"],

@@ -8,9 +8,9 @@ import yaml
 
 from cory_env import load_causal_lm
 from cory_env.checks import SettingError
+from cory_rl.train.flags import parse_args
+from cory_rl.train.settings import build_config
 from tests.conftest import read_jsonl
-from train.flags import parse_args
-from train.settings import build_config
 
 
 @pytest.mark.parametrize(("algorithm", "lr"), [("cory", 1e-4), ("ppo", 1e-5), ("reinforce", 1e-5)])
@@ -38,8 +38,8 @@ def test_4bit_needs_lora_a_gpu_and_bitsandbytes(tiny_model_dir):
 
 
 def test_paper_gsm8k_trains_and_evaluates_on_a_tiny_model(tiny_model_dir, tmp_path):
-    from train.evaluator import evaluate
-    from train.run import run_training
+    from cory_rl.train.evaluator import evaluate
+    from cory_rl.train.run import run_training
 
     overrides = {
         "model": tiny_model_dir, "load_in_4bit": False, "device": "cpu", "iterations": 1,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from cory_rl.train import play
+from cory_rl.train.run import run_training
 from tests.conftest import tiny_config
-from train import play
-from train.run import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 import cory_env
-from agents.policy import build_policies
-from agents.ppo import PPOAgent, PPOConfig
-from agents.rollout import response_logits
+from cory_rl.agents.policy import build_policies
+from cory_rl.agents.ppo import PPOAgent, PPOConfig
+from cory_rl.agents.rollout import response_logits
+from cory_rl.train.loop import play_batch
 from tests.conftest import make_tiny_gpt2, make_tiny_lm
-from train.loop import play_batch
 
 
 def target_task(tokenizer, word: str = "great", budget: int = 4):
@@ -193,7 +193,7 @@ def test_each_lora_agent_optimises_exactly_its_adapter_and_value_head(tiny_token
 
 
 def test_seen_tokens_and_repetition_penalty_by_hand():
-    from agents.sampling import SamplingDistribution, seen_before_each
+    from cory_rl.agents.sampling import SamplingDistribution, seen_before_each
 
     prompt = torch.tensor([[0, 2, 3]])  # 0 is padding (mask 0)
     prompt_mask = torch.tensor([[0, 1, 1]])
@@ -215,7 +215,7 @@ def test_seen_tokens_and_repetition_penalty_by_hand():
 def test_repetition_penalty_matches_the_dense_rule_bit_for_bit(penalty):
     """Seen ids with repeats and ignored slots give the same logits and gradient, to the
     bit, as transformers' rule applied through a dense (N, T, V) mask."""
-    from agents.sampling import SamplingDistribution, seen_before_each
+    from cory_rl.agents.sampling import SamplingDistribution, seen_before_each
 
     g = torch.Generator().manual_seed(0)
     N, P, T, V = 3, 5, 6, 11  # a small vocabulary: many repeats
@@ -323,7 +323,7 @@ def test_a_tied_embedding_gets_the_dense_gradient_from_sparse_rows(tiny_tokenize
 
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from agents.policy import PolicyWithValue
+    from cory_rl.agents.policy import PolicyWithValue
 
     torch.manual_seed(0)
     config = LlamaConfig(
@@ -418,7 +418,7 @@ def test_activation_checkpointing_wraps_a_shared_lora_base_once(tiny_tokenizer, 
 
 
 def test_activation_checkpointing_refuses_a_model_without_checkpointable_layers():
-    from agents.speedups import recompute_activations
+    from cory_rl.agents.speedups import recompute_activations
 
     with pytest.raises(ValueError, match="activation_checkpointing"):
         recompute_activations(torch.nn.Sequential(torch.nn.Linear(2, 2)))
@@ -490,8 +490,8 @@ def test_an_agent_s_optimiser_goes_with_it_while_a_weight_lives_on(tiny_tokenize
 def test_critic_free_learners_step_inside_the_backward_too(tiny_tokenizer, name):
     """The one update (agents/update.py) serves every learner: a one-chunk mini-batch of a
     critic-free learner steps in the backward too, for the plain step's parameters."""
-    from agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
-    from agents.reinforce import ReinforceAgent, ReinforceConfig
+    from cory_rl.agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
+    from cory_rl.agents.reinforce import ReinforceAgent, ReinforceConfig
 
     cls, config = {"reinforce": (ReinforceAgent, ReinforceConfig), "rloo": (RLOOAgent, RLOOConfig),
                    "grpo": (GRPOAgent, GRPOConfig)}[name]  # fmt: skip
@@ -524,7 +524,7 @@ def test_fused_lora_layers_compute_peft_s_sum_and_gradients(tiny_tokenizer, monk
     from peft import LoraConfig, get_peft_model
     from peft.tuners.lora.layer import Linear as LoraLinear
 
-    from agents.speedups import fuse_lora_sums
+    from cory_rl.agents.speedups import fuse_lora_sums
 
     lora = LoraConfig(r=3, lora_alpha=7, target_modules="all-linear", lora_dropout=0.0)
     base = make_tiny_lm(len(tiny_tokenizer))

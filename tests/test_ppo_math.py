@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from agents.ppo_math import (
+from cory_rl.agents.ppo_math import (
     AdaptiveKLController,
     FixedKLController,
     RunningMoments,

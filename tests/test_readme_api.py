@@ -13,7 +13,7 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 def test_the_readme_python_api_runs(tiny_model_dir, tmp_path, monkeypatch):
     text = README.read_text()
     [code] = re.findall(
-        r"```python\n(from train\.evaluator import evaluate_run\n.*?)```", text, re.S
+        r"```python\n(from cory_rl\.train\.evaluator import evaluate_run\n.*?)```", text, re.S
     )
     # the tiny model instead of the embedded one, to keep the suite quick; nothing else changes
     code = code.replace('overrides={"run_dir": "runs/api"}',

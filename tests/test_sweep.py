@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-import train.loop
+from cory_rl.train import loop as train_loop
+from cory_rl.train import sweep
 from tests.conftest import read_jsonl
-from train import sweep
 
 
 def sweep_flags(model_dir, out):
@@ -39,7 +39,7 @@ def test_interrupted_sweep_skips_finished_resumes_broken_restarts_empty(
     out = tmp_path / "sweep"
     names = [f"ppo-init_kl_coef_{v}-seed_0" for v in ("0.1", "0.2", "0.3")]
     calls = {"n": 0}
-    play_batch = train.loop.play_batch
+    play_batch = train_loop.play_batch
 
     def crash_in_the_second_run(game, learners):
         calls["n"] += 1
@@ -47,10 +47,10 @@ def test_interrupted_sweep_skips_finished_resumes_broken_restarts_empty(
             raise RuntimeError("killed")
         play_batch(game, learners)
 
-    monkeypatch.setattr(train.loop, "play_batch", crash_in_the_second_run)
+    monkeypatch.setattr(train_loop, "play_batch", crash_in_the_second_run)
     with pytest.raises(RuntimeError, match="killed"):
         sweep.main(sweep_flags(tiny_model_dir, out))
-    monkeypatch.setattr(train.loop, "play_batch", play_batch)
+    monkeypatch.setattr(train_loop, "play_batch", play_batch)
     record = json.loads((out / "sweep.json").read_text())
     assert [r["status"] for r in record["runs"]] == ["new", "failed"]
     finished = (out / names[0] / "metrics.jsonl").read_bytes()
@@ -78,7 +78,7 @@ def test_committed_results_count_as_done_where_the_run_folders_are_gone(
 ):
     import shutil
 
-    from train import compare, results
+    from cory_rl.train import compare, results
 
     out, kept = tmp_path / "sweep", tmp_path / "docs" / "study"
     hook = f"echo {{name}} >> {tmp_path / 'log'}"

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
+from cory_rl.train.flags import parse_args
+from cory_rl.train.presets import PRESETS
+from cory_rl.train.run import run_training
+from cory_rl.train.settings import build_config
 from tests.conftest import read_jsonl, tiny_config
-from train.flags import parse_args
-from train.presets import PRESETS
-from train.run import run_training
-from train.settings import build_config
 
 
 @pytest.mark.parametrize("algorithm", ["cory", "ppo"])
@@ -116,7 +116,7 @@ def test_every_preset_is_a_valid_config(preset, algorithm):
 
 def test_readme_style_flags_train_end_to_end(tiny_model_dir, tmp_path, capsys):
     """``--learning_rate 1e-5`` once crashed inside torch's Adam (YAML 1.1 read a string)."""
-    from train.run import main
+    from cory_rl.train.run import main
 
     flags = [
         "--preset",
@@ -148,11 +148,11 @@ def test_readme_style_flags_train_end_to_end(tiny_model_dir, tmp_path, capsys):
 def test_callbacks_see_every_phase_in_order_and_every_row(tiny_model_dir, tmp_path):
     import contextlib
 
-    from train.build import build_game_and_learners
-    from train.callbacks import Callback
-    from train.eval_along import TrainingEvaluations
-    from train.loop import train
-    from train.plots import plot_run
+    from cory_rl.train.build import build_game_and_learners
+    from cory_rl.train.callbacks import Callback
+    from cory_rl.train.eval_along import TrainingEvaluations
+    from cory_rl.train.loop import train
+    from cory_rl.train.plots import plot_run
 
     class Record(Callback):
         def __init__(self):
@@ -192,7 +192,7 @@ def test_restart_on_exchange_gives_fresh_optimisers_at_each_exchange(
     """The official code's save-and-reload at a role exchange, on request: every agent's
     Adam state, KL coefficient and score statistics start again at iterations 2 and 4 of a
     period-2 game; the weights are kept. Off (the default), nothing restarts."""
-    from agents.llm import LLMLearner
+    from cory_rl.agents.llm import LLMLearner
 
     seen: list[tuple[int, float, int]] = []
     original = LLMLearner.restart

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 import cory_env
-from agents.policy import build_policies
-from agents.ppo import PPOAgent, PPOConfig
 from cory_env.checks import SettingError
+from cory_rl.agents.policy import build_policies
+from cory_rl.agents.ppo import PPOAgent, PPOConfig
+from cory_rl.train.health import Band, HealthWatch
+from cory_rl.train.loop import play_batch
 from tests.conftest import make_tiny_lm
 from tests.test_ppo_agent import target_task
-from train.health import Band, HealthWatch
-from train.loop import play_batch
 
 
 def one_update(tokenizer, learning_rate, target_kl, **settings):
@@ -60,8 +60,8 @@ def test_target_kl_is_checked():
 
 @pytest.mark.parametrize("name", ["reinforce", "rloo", "grpo"])
 def test_every_learner_reports_token_approx_kl_and_ratio(tiny_tokenizer, name):
-    from agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
-    from agents.reinforce import ReinforceAgent, ReinforceConfig
+    from cory_rl.agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
+    from cory_rl.agents.reinforce import ReinforceAgent, ReinforceConfig
 
     cls, config = {"reinforce": (ReinforceAgent, ReinforceConfig), "rloo": (RLOOAgent, RLOOConfig),
                    "grpo": (GRPOAgent, GRPOConfig)}[name]  # fmt: skip
@@ -115,8 +115,8 @@ def test_health_reads_each_agent_and_skips_what_is_not_an_update():
 
 
 def test_a_run_says_its_updates_were_unhealthy(tiny_model_dir, tmp_path, capsys):
+    from cory_rl.train.run import run_training
     from tests.conftest import tiny_config
-    from train.run import run_training
 
     config = tiny_config(tiny_model_dir, tmp_path / "run", "ppo", batch_size=8, iterations=3,
                          learner={"mini_batch_size": 4, "ppo_epochs": 4,

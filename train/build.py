@@ -9,16 +9,16 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 
-from agents.base import Learner
-from agents.engine import VLLMEngine, require_vllm
-from agents.policy import ModelPool
-from agents.registry import Seat, build_learner
 from cory_env import BatchedTextGame, load_causal_lm, load_tokenizer, pad_token_id
 from cory_env.checks import SettingError
 from cory_env.models import ModelNotFound, model_problem, resolve
-from train.config import TrainConfig
-from train.distributed import Processes
-from train.games import make_game
+from cory_rl.agents.base import Learner
+from cory_rl.agents.engine import VLLMEngine, require_vllm
+from cory_rl.agents.policy import ModelPool
+from cory_rl.agents.registry import Seat, build_learner
+from cory_rl.train.config import TrainConfig
+from cory_rl.train.distributed import Processes
+from cory_rl.train.games import make_game
 
 
 def make_accelerator(config: TrainConfig) -> Any:

@@ -31,12 +31,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from agents import state_io
-from agents.base import Learner
 from cory_env import BatchedTextGame
-from train.distributed import Processes
+from cory_rl.agents import state_io
+from cory_rl.agents.base import Learner
+from cory_rl.train.distributed import Processes
 
-FORMAT = 2
+CHECKPOINT_FORMAT = 2
 MARKER = "state.json"
 
 
@@ -166,7 +166,7 @@ def _queue_writes(
     rng = {f"torch.{p}": torch.tensor(s.pop("torch_rng"), dtype=torch.uint8)
            for p, s in enumerate(states)}  # fmt: skip
     state_io.save_tensors(rng, tmp / "rng.safetensors", writes)
-    run_state = {"format": FORMAT, "iteration": iteration, "agents": list(learners)}
+    run_state = {"format": CHECKPOINT_FORMAT, "iteration": iteration, "agents": list(learners)}
     # the marker: queued last, so a folder that has it is complete
     state_io.save_json({**run_state, "processes": states}, tmp / MARKER, writes)
 
@@ -249,7 +249,7 @@ def load_checkpoint(
     processes.wait()
     folder = find_checkpoint(run_path)
     state = load_json_state(folder)
-    if state["format"] != FORMAT:
+    if state["format"] != CHECKPOINT_FORMAT:
         raise state_io.invalid(folder / MARKER, f"unknown format {state['format']!r}")
     if sorted(state["agents"]) != sorted(learners):
         raise state_io.invalid(

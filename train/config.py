@@ -14,14 +14,14 @@ from typing import Any
 
 import yaml
 
-from agents.registry import learner_settings, learner_spec
 from cory_env import checks
 from cory_env.core import GAME_SETTINGS, GameSettings
 from cory_env.tasks import check_task_settings
-from train.algorithms import ALGORITHMS
-from train.allocator import ALLOCATORS
-from train.files import write_text
-from train.tracker_setup import check_report_to
+from cory_rl.agents.registry import learner_settings, learner_spec
+from cory_rl.train.algorithms import ALGORITHMS
+from cory_rl.train.allocator import ALLOCATORS
+from cory_rl.train.files import write_text
+from cory_rl.train.tracker_setup import check_report_to
 
 
 @dataclass
@@ -294,39 +294,40 @@ class TrainConfig:
                 f"batch_size ({self.batch_size}) must be a multiple of group_size "
                 f"({self.game.group_size})"
             )
-        self.check_learners()
-
-    def check_learners(self) -> None:
-        """Every seat's learner and settings: each learner's config checks its own fields;
-        here, that every ``learner`` setting belongs to some seat's learner, that a batch
-        splits into mini-batches, and each learner's check of the game (group sizes)."""
-        if not isinstance(self.learner, dict):
-            raise checks.fail("learner", "a mapping of learner settings", self.learner)
-        seats = self.seat_learners()
-        known = self.learner_fields()
-        unused = sorted(set(self.learner) - known)
-        if unused:
-            names = sorted({name for name, _ in seats.values()})
-            raise checks.SettingError(
-                f"learner: {unused} are settings of no seat's learner ({', '.join(names)}); "
-                f"their settings are {sorted(known)}"
-            )
-        for agent, (name, settings) in seats.items():
-            mini = getattr(settings, "mini_batch_size", None)
-            if mini is not None and self.batch_size % mini:
-                raise checks.SettingError(
-                    f"batch_size ({self.batch_size}) must be a multiple of mini_batch_size "
-                    f"({mini}{'' if len(seats) == 1 else f', {agent}'})"
-                )
-            check = learner_spec(name).check
-            if check is not None:
-                try:
-                    check(self)
-                except checks.SettingError as err:
-                    raise checks.SettingError(f"learners: {agent} plays {name!r}: {err}") from None
+        check_learners(self)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def save(self, path: Path) -> None:
         write_text(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def check_learners(config: TrainConfig) -> None:
+    """Every seat's learner and settings: each learner's config checks its own fields;
+    here, that every ``learner`` setting belongs to some seat's learner, that a batch
+    splits into mini-batches, and each learner's check of the game (group sizes)."""
+    if not isinstance(config.learner, dict):
+        raise checks.fail("learner", "a mapping of learner settings", config.learner)
+    seats = config.seat_learners()
+    known = config.learner_fields()
+    unused = sorted(set(config.learner) - known)
+    if unused:
+        names = sorted({name for name, _ in seats.values()})
+        raise checks.SettingError(
+            f"learner: {unused} are settings of no seat's learner ({', '.join(names)}); "
+            f"their settings are {sorted(known)}"
+        )
+    for agent, (name, settings) in seats.items():
+        mini = getattr(settings, "mini_batch_size", None)
+        if mini is not None and config.batch_size % mini:
+            raise checks.SettingError(
+                f"batch_size ({config.batch_size}) must be a multiple of mini_batch_size "
+                f"({mini}{'' if len(seats) == 1 else f', {agent}'})"
+            )
+        check = learner_spec(name).check
+        if check is not None:
+            try:
+                check(config)
+            except checks.SettingError as err:
+                raise checks.SettingError(f"learners: {agent} plays {name!r}: {err}") from None

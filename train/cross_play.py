@@ -28,17 +28,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from matplotlib.figure import Figure
 
 from cory_env.checks import SettingError
 from cory_env.models import model_problem, resolve
-from train import eval_report as report
-from train import metrics
-from train.build import build_game_and_learners
-from train.checkpoint import find_checkpoint
-from train.evaluator import Evaluator, progress_bar
-from train.memory import rss_peak_mb
-from train.run_folder import load_run_config
-from train.settings import build_config
+from cory_rl.train import eval_report as report
+from cory_rl.train import metrics
+from cory_rl.train.build import build_game_and_learners
+from cory_rl.train.checkpoint import find_checkpoint
+from cory_rl.train.evaluator import Evaluator, progress_bar
+from cory_rl.train.memory import rss_peak_mb
+from cory_rl.train.run_folder import load_run_config
+from cory_rl.train.settings import build_config
 
 BASE = "base"
 
@@ -190,8 +191,8 @@ def play_seats(
 def pair_numbers(answers: dict[str, list[Any]], pioneer: str, observer: str) -> dict[str, Any]:
     """The observer's and the pair's reward where ``pioneer`` answered first and
     ``observer`` second (means, bootstrap intervals over queries)."""
-    first = report._where(answers, agent=pioneer, role="pioneer")
-    second = report._where(answers, agent=observer, role="observer")
+    first = report.rows_where(answers, agent=pioneer, role="pioneer")
+    second = report.rows_where(answers, agent=observer, role="observer")
     key = lambda i: (answers["query"][i], answers["sample"][i])  # noqa: E731
     by_game = {key(i): answers["reward"][i] for i in first}
     queries, observer_rewards, pair_rewards = [], [], []
@@ -248,11 +249,6 @@ def pair_cells(
 
 def write_matrix(cells: list[dict[str, Any]], out: Path) -> tuple[Path, Path]:
     """``cross_play.csv`` (one row per cell) and ``cross_play.png`` (two heatmaps)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = out / "cross_play.csv", out / "cross_play.png"
@@ -268,7 +264,8 @@ def write_matrix(cells: list[dict[str, Any]], out: Path) -> tuple[Path, Path]:
                              *(f"{x:.4f}" for x in numbers)])  # fmt: skip
     labels = list(dict.fromkeys(c["pioneer"] for c in cells))
     index = {label: i for i, label in enumerate(labels)}
-    fig, axes = plt.subplots(1, 2, figsize=(6 + 1.6 * len(labels), 1.2 + 0.8 * len(labels)))
+    fig = Figure(figsize=(6 + 1.6 * len(labels), 1.2 + 0.8 * len(labels)))
+    axes = fig.subplots(1, 2)
     for ax, name in zip(axes, ("observer", "pair"), strict=True):
         grid = np.full((len(labels), len(labels)), np.nan)
         for c in cells:
@@ -287,5 +284,4 @@ def write_matrix(cells: list[dict[str, Any]], out: Path) -> tuple[Path, Path]:
         fig.colorbar(image, ax=ax, shrink=0.8)
     fig.tight_layout()
     fig.savefig(png_path, dpi=120)
-    plt.close(fig)
     return csv_path, png_path

@@ -20,9 +20,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from train import eval_report as report
-from train.evaluator import Evaluator, build_result, write_eval
-from train.run_folder import EVAL_KEY, EVALS_DIR, eval_stem
+from cory_rl.train import eval_report as report
+from cory_rl.train.evaluator import Evaluator, build_result, write_eval
+from cory_rl.train.run_folder import EVAL_KEY, EVALS_DIR, eval_stem
 
 ROW_NUMBERS = ("reward", "kl", "distinct_2", "distinct_2_pooled", "repetitive", "entropy")
 """The numbers of each role (and ``all``) that go into ``metrics.jsonl``."""

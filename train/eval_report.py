@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from train import metrics
+from cory_rl.train import metrics
 
 ANSWER_COLUMNS = (
     "model", "agent", "role", "query", "sample", "budget",
@@ -49,7 +49,7 @@ def cells(answers: dict[str, list[Any]]) -> list[tuple[str, str, str]]:
     return sorted(keys, key=lambda k: (k[0] != REFERENCE, k[0], k[1], _role_key(k[2])))
 
 
-def _where(answers: dict[str, list[Any]], **match: Any) -> np.ndarray:
+def rows_where(answers: dict[str, list[Any]], **match: Any) -> np.ndarray:
     """Row numbers whose columns equal ``match`` (a column given as None matches all)."""
     keep = np.ones(len(answers["model"]), dtype=bool)
     for column, value in match.items():
@@ -83,7 +83,7 @@ def paired_difference(
     """Mean over queries of (reward - base reward), matched answer by answer on (agent,
     role, query, sample), with the bootstrap interval over queries; None without a base."""
     keys = ("agent", "role", "query", "sample")
-    base_rows = _where(base, model=model)
+    base_rows = rows_where(base, model=model)
     by_key = {tuple(base[k][i] for k in keys): base["reward"][i] for i in base_rows}
     pairs = [(answers["query"][i], answers["reward"][i] - by_key[key])
              for i in rows if (key := tuple(answers[k][i] for k in keys)) in by_key]  # fmt: skip
@@ -152,7 +152,7 @@ def summarise(
         base = answers
     rows = []
     for model, agent, role in cells(answers):
-        picked = _where(answers, model=model, agent=agent, role=role)
+        picked = rows_where(answers, model=model, agent=agent, role=role)
         paired = base if model != REFERENCE else None
         rows.append({"model": model, "agent": agent, "role": role,
                      **cell_metrics(answers, picked, etas, checked, paired)})  # fmt: skip
@@ -160,7 +160,7 @@ def summarise(
     for model in dict.fromkeys(m for m, _, _ in cells(answers)):
         roles = sorted({r for m, _, r in cells(answers) if m == model}, key=_role_key)
         for point in (*roles, "all"):
-            picked = _where(answers, model=model, role=None if point == "all" else point)
+            picked = rows_where(answers, model=model, role=None if point == "all" else point)
             paired = base if model != REFERENCE else None
             numbers = cell_metrics(answers, picked, etas, checked, paired)
             summary.setdefault(model, {})[point] = pooled_numbers(numbers)

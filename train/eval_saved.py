@@ -1,6 +1,6 @@
 """Held-out evaluations of model folders saved along a run made elsewhere, as a run folder.
 
-python -m train.eval_saved SAVED --like RUN --seed 0 --out DIR
+python -m cory_rl.train.eval_saved SAVED --like RUN --seed 0 --out DIR
 
 ``SAVED`` holds ``updates_<n>/llm_<i>`` plain model folders (what the official loop of
 the peers writes with ``--save_every``). Each ``updates_<n>`` is played on the held-out set
@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from cory_env.checks import SettingError
-from train import eval_report as report
-from train.arguments import ArgumentParser
-from train.cross_play import Player, play_seats
-from train.eval_along import metrics_row
-from train.evaluator import build_result, write_eval
-from train.files import write_text
-from train.results import save_results
-from train.run_folder import EVALS_DIR, eval_stem, load_run_config
+from cory_rl.train import eval_report as report
+from cory_rl.train.arguments import ArgumentParser
+from cory_rl.train.cross_play import Player, play_seats
+from cory_rl.train.eval_along import metrics_row
+from cory_rl.train.evaluator import build_result, write_eval
+from cory_rl.train.files import write_text
+from cory_rl.train.results import save_results
+from cory_rl.train.run_folder import EVALS_DIR, eval_stem, load_run_config
 
 SAVED_PATTERN = re.compile(r"updates_(\d+)")
 

@@ -21,16 +21,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agents.state_io import CheckpointError
 from cory_env.checks import SettingError
-from train import cross_play as xp
-from train import eval_report as report
-from train.algorithms import ALGORITHMS
-from train.arguments import ArgumentParser
-from train.evaluator import build_result, evaluate, write_eval
-from train.flags import flag_value
-from train.run_folder import load_run_config
-from train.settings import build_config
+from cory_rl.agents.state_io import CheckpointError
+from cory_rl.train import cross_play as xp
+from cory_rl.train import eval_report as report
+from cory_rl.train.algorithms import ALGORITHMS
+from cory_rl.train.arguments import ArgumentParser
+from cory_rl.train.evaluator import build_result, evaluate, write_eval
+from cory_rl.train.flags import flag_value
+from cory_rl.train.run_folder import load_run_config
+from cory_rl.train.settings import build_config
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:

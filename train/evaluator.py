@@ -18,17 +18,17 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from agents.base import CommonNoise, Exportable
 from cory_env.rewards import AnswerCheckReward
 from cory_env.tasks import held_out_split, make_task
-from train import eval_report as report
-from train import metrics
-from train.checkpoint import checkpoint_updates, load_learners
-from train.eval_set import EvalSet, padded
-from train.files import write_text
-from train.games import batch_samples, make_game, play_games
-from train.run_folder import EVAL_FORMAT, load_run_config
-from train.trained import build_trained
+from cory_rl.agents.base import CommonNoise, Exportable
+from cory_rl.train import eval_report as report
+from cory_rl.train import metrics
+from cory_rl.train.checkpoint import checkpoint_updates, load_learners
+from cory_rl.train.eval_set import EvalSet, padded
+from cory_rl.train.files import write_text
+from cory_rl.train.games import batch_samples, make_game, play_games
+from cory_rl.train.run_folder import EVAL_FORMAT, load_run_config
+from cory_rl.train.trained import build_trained
 
 BASE_MODEL, UNTRAINED = "the base model", "an untrained copy of the learner (no base model)"
 """What the ``reference`` rows of a seat are (``eval.json["reference_is"]``)."""

@@ -17,15 +17,15 @@ import json
 import shutil
 from pathlib import Path
 
-from agents.base import Exportable
-from agents.state_io import CheckpointError
 from cory_env.checks import SettingError
-from train import hub
-from train.arguments import ArgumentParser
-from train.checkpoint import load_json_state
-from train.model_card import model_card
-from train.run_folder import base_evaluation, final_evaluation, load_run_config
-from train.trained import build_trained
+from cory_rl.agents.base import Exportable
+from cory_rl.agents.state_io import CheckpointError
+from cory_rl.train import hub
+from cory_rl.train.arguments import ArgumentParser
+from cory_rl.train.checkpoint import load_json_state
+from cory_rl.train.model_card import model_card
+from cory_rl.train.run_folder import base_evaluation, final_evaluation, load_run_config
+from cory_rl.train.trained import build_trained
 
 
 def check_out_dir(out_dir: Path, overwrite: bool) -> None:

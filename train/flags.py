@@ -11,11 +11,11 @@ from typing import Any
 
 from cory_env import checks
 from cory_env.core import GAME_SETTINGS
-from train.algorithms import ALGORITHMS
-from train.arguments import ArgumentParser
-from train.config import TrainConfig
-from train.presets import PRESETS
-from train.settings import all_learner_settings, build_config, load_config_file, parse_yaml
+from cory_rl.train.algorithms import ALGORITHMS
+from cory_rl.train.arguments import ArgumentParser
+from cory_rl.train.config import TrainConfig
+from cory_rl.train.presets import PRESETS
+from cory_rl.train.settings import all_learner_settings, build_config, load_config_file, parse_yaml
 
 
 def flag_value(text: str) -> Any:

@@ -5,9 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from agents.base import Learner
 from cory_env import BatchedTextGame
-from train.config import TrainConfig
+from cory_rl.agents.base import Learner
+from cory_rl.train.config import TrainConfig
 
 
 def make_game(

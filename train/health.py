@@ -7,7 +7,7 @@ the batch and the reward curve no longer says what the algorithm does. The learn
 both per agent (``<agent>/<learner>/approx_kl``, ``.../clipfrac``); this module reads the
 rows and says when too many updates were outside the band, and what moves them back.
 
-``python -m train.health RUN_OR_FOLDER ...`` prints the health of every run found there
+``python -m cory_rl.train.health RUN_OR_FOLDER ...`` prints the health of every run found there
 (run folders or compact results, ``train/results.py``).
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from train.run_folder import read_metrics
+from cory_rl.train.run_folder import read_metrics
 
 UNHEALTHY_SHARE = 0.25
 """A run warns when more than this share of its updates is outside the band."""

@@ -15,17 +15,17 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from agents.base import Learner
 from cory_env import BatchedTextGame
 from cory_env.checks import SettingError
-from train.callbacks import Callback, Evaluations, Hooks
-from train.checkpoint import CheckpointWriter, load_checkpoint
-from train.config import TrainConfig
-from train.distributed import Processes
-from train.games import batch_samples, play_games
-from train.health import Band, HealthWatch
-from train.memory import reset_rss_peak, rss_peak_mb
-from train.run_folder import RunDirectory
+from cory_rl.agents.base import Learner
+from cory_rl.train.callbacks import Callback, Evaluations, Hooks
+from cory_rl.train.checkpoint import CheckpointWriter, load_checkpoint
+from cory_rl.train.config import TrainConfig
+from cory_rl.train.distributed import Processes
+from cory_rl.train.games import batch_samples, play_games
+from cory_rl.train.health import Band, HealthWatch
+from cory_rl.train.memory import reset_rss_peak, rss_peak_mb
+from cory_rl.train.run_folder import RunDirectory
 
 
 def play_batch(game: BatchedTextGame, learners: dict[str, Learner]) -> None:

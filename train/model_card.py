@@ -14,7 +14,7 @@ import textwrap
 from typing import Any
 
 from cory_env.core import role_name, roles_for_episode
-from train.eval_report import REFERENCE, concat, summarise
+from cory_rl.train.eval_report import REFERENCE, concat, summarise
 
 EMBEDDED_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 """The hub id of the embedded model (``model: embedded``), for the card's ``base_model``."""

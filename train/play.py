@@ -17,15 +17,15 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from agents.state_io import CheckpointError
 from cory_env.checks import SettingError
 from cory_env.query import Query
-from train.arguments import ArgumentParser, non_empty_text, number_at_least
-from train.build import build_game_and_learners
-from train.games import batch_samples, make_game, play_games
-from train.run_folder import load_run_config
-from train.settings import build_config
-from train.trained import load_trained
+from cory_rl.agents.state_io import CheckpointError
+from cory_rl.train.arguments import ArgumentParser, non_empty_text, number_at_least
+from cory_rl.train.build import build_game_and_learners
+from cory_rl.train.games import batch_samples, make_game, play_games
+from cory_rl.train.run_folder import load_run_config
+from cory_rl.train.settings import build_config
+from cory_rl.train.trained import load_trained
 
 WIDTH = 88
 

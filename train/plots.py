@@ -1,4 +1,5 @@
-"""Learning-curve plots from a run's ``metrics.jsonl`` (PNG, matplotlib's Agg backend).
+"""Learning-curve plots from a run's ``metrics.jsonl`` (PNG, drawn on matplotlib ``Figure``
+objects: no pyplot, so no backend is chosen on import).
 
 ``python train/plots.py RUN_DIR [RUN_DIR ...] --out curves.png`` compares runs.
 """
@@ -7,14 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+from matplotlib.figure import Figure
 
-from train.arguments import ArgumentParser
-from train.files import write_beside
-from train.run_folder import read_metrics
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from cory_rl.train.arguments import ArgumentParser
+from cory_rl.train.files import write_beside
+from cory_rl.train.run_folder import read_metrics
 
 QUANTITIES = (("score", "task reward"), ("kl", "KL(pi || pi_ref)"), ("objective", "r - eta * KL"))
 
@@ -35,7 +33,8 @@ def plot_run(run_dir: Path) -> Path:
     """One figure: per agent (top row) and per role (bottom row), score / KL / objective."""
     rows = read_metrics(run_dir)
     agents, roles = _groups(rows)
-    fig, axes = plt.subplots(2, 3, figsize=(13, 6.5), squeeze=False)
+    fig = Figure(figsize=(13, 6.5))
+    axes = fig.subplots(2, 3, squeeze=False)
     for r, (title, names) in enumerate((("per agent", agents), ("per role", roles))):
         for c, (quantity, label) in enumerate(QUANTITIES):
             ax = axes[r][c]
@@ -51,14 +50,14 @@ def plot_run(run_dir: Path) -> Path:
     fig.tight_layout()
     out = Path(run_dir) / "curves.png"
     write_beside(out, lambda tmp: fig.savefig(tmp, dpi=110))
-    plt.close(fig)
     return out
 
 
 def plot_compare(run_dirs: list[Path], out: Path, labels: list[str] | None = None) -> Path:
     """Mean over agents of score, KL and objective for several runs on shared axes."""
     labels = labels or [Path(d).name for d in run_dirs]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    fig = Figure(figsize=(13, 3.8))
+    axes = fig.subplots(1, 3)
     for run_dir, label in zip(run_dirs, labels, strict=False):
         rows = read_metrics(run_dir)
         agents, _ = _groups(rows)
@@ -73,7 +72,6 @@ def plot_compare(run_dirs: list[Path], out: Path, labels: list[str] | None = Non
     fig.tight_layout()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     write_beside(out, lambda tmp: fig.savefig(tmp, dpi=110))
-    plt.close(fig)
     return Path(out)
 
 

@@ -19,7 +19,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from train.files import write_beside
+from cory_rl.train.files import write_beside
 
 DONE = "done.json"
 DROPPED = ("rows",)

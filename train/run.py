@@ -6,22 +6,22 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from agents.state_io import CheckpointError
 from cory_env.checks import SettingError
-from train import allocator
-from train.build import build_game_and_learners, make_accelerator
-from train.checkpoint import checkpoint_updates
-from train.config import TrainConfig
-from train.distributed import Processes
-from train.eval_along import TrainingEvaluations
-from train.flags import parse_args
-from train.health import Band
-from train.loop import train
-from train.plots import plot_run
-from train.run_folder import RunDirectory, check_run_path
-from train.summary import run_summary, summary_values
-from train.tracker_setup import prepare_trackers
-from train.trackers import Trackers
+from cory_rl.agents.state_io import CheckpointError
+from cory_rl.train import allocator
+from cory_rl.train.build import build_game_and_learners, make_accelerator
+from cory_rl.train.checkpoint import checkpoint_updates
+from cory_rl.train.config import TrainConfig
+from cory_rl.train.distributed import Processes
+from cory_rl.train.eval_along import TrainingEvaluations
+from cory_rl.train.flags import parse_args
+from cory_rl.train.health import Band
+from cory_rl.train.loop import train
+from cory_rl.train.plots import plot_run
+from cory_rl.train.run_folder import RunDirectory, check_run_path
+from cory_rl.train.summary import run_summary, summary_values
+from cory_rl.train.tracker_setup import prepare_trackers
+from cory_rl.train.trackers import Trackers
 
 
 def default_run_dir(config: TrainConfig) -> Path:

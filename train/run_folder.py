@@ -14,11 +14,11 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from train import results
-from train.checkpoint import find_checkpoint
-from train.config import TrainConfig
-from train.files import write_text
-from train.settings import build_config, load_config_file
+from cory_rl.train import results
+from cory_rl.train.checkpoint import find_checkpoint
+from cory_rl.train.config import TrainConfig
+from cory_rl.train.files import write_text
+from cory_rl.train.settings import build_config, load_config_file
 
 RUN_OUTPUTS = frozenset({
     "config.yaml", "metrics.jsonl", "samples.jsonl", "tensorboard", "curves.png",

@@ -16,13 +16,13 @@ from typing import Any
 
 import yaml
 
-from agents.registry import available_learners, learner_spec
 from cory_env import checks
 from cory_env.core import GAME_SETTINGS, GameSettings
 from cory_env.plugins import import_modules
-from train.algorithms import ALGORITHMS, algorithm_defaults
-from train.config import TrainConfig
-from train.presets import PRESET_ALGORITHM_SETTINGS, PRESETS
+from cory_rl.agents.registry import available_learners, learner_spec
+from cory_rl.train.algorithms import ALGORITHMS, algorithm_defaults
+from cory_rl.train.config import TrainConfig
+from cory_rl.train.presets import PRESET_ALGORITHM_SETTINGS, PRESETS
 
 
 class _Loader(yaml.SafeLoader):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from train.health import Band, HealthWatch
-from train.run_folder import read_evaluations, read_metrics
+from cory_rl.train.health import Band, HealthWatch
+from cory_rl.train.run_folder import read_evaluations, read_metrics
 
 SHORT = 10
 """Runs of fewer iterations are said to test the plumbing only (the smoke preset has 3)."""

@@ -30,19 +30,19 @@ import yaml
 
 from cory_env.checks import SettingError
 from cory_env.core import GAME_SETTINGS
-from train import allocator
-from train.algorithms import ALGORITHMS
-from train.arguments import ArgumentParser, number_at_least
-from train.checkpoint import find_checkpoint, load_json_state
-from train.config import TrainConfig
-from train.evaluator import evaluate_run
-from train.files import write_text
-from train.flags import parse_args
-from train.presets import PRESETS
-from train.results import save_results, saved_iterations
-from train.run import run_training
-from train.run_folder import clear_run_folder, load_run_config
-from train.settings import all_learner_settings, parse_yaml
+from cory_rl.train import allocator
+from cory_rl.train.algorithms import ALGORITHMS
+from cory_rl.train.arguments import ArgumentParser, number_at_least
+from cory_rl.train.checkpoint import find_checkpoint, load_json_state
+from cory_rl.train.config import TrainConfig
+from cory_rl.train.evaluator import evaluate_run
+from cory_rl.train.files import write_text
+from cory_rl.train.flags import parse_args
+from cory_rl.train.presets import PRESETS
+from cory_rl.train.results import save_results, saved_iterations
+from cory_rl.train.run import run_training
+from cory_rl.train.run_folder import clear_run_folder, load_run_config
+from cory_rl.train.settings import all_learner_settings, parse_yaml
 
 SWEEP_FILE = "sweep.json"
 

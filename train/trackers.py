@@ -19,8 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from train.callbacks import Callback
-from train.run_folder import EVAL_KEY
+from cory_rl.train.callbacks import Callback
+from cory_rl.train.run_folder import EVAL_KEY
 
 PROJECT = "cory"
 COMPLETION_COLUMNS = ["iteration", "query", "role", "agent", "answer", "score", "reward"]

@@ -10,12 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agents.base import Learner
 from cory_env import BatchedTextGame
-from train.build import build_game_and_learners
-from train.checkpoint import find_checkpoint, load_learners
-from train.config import TrainConfig
-from train.run_folder import load_run_config
+from cory_rl.agents.base import Learner
+from cory_rl.train.build import build_game_and_learners
+from cory_rl.train.checkpoint import find_checkpoint, load_learners
+from cory_rl.train.config import TrainConfig
+from cory_rl.train.run_folder import load_run_config
 
 
 @dataclass

@@ -1,0 +1,123 @@
+"""An LLM learner with a rollout engine (vLLM): whole turns planned by the engine, the
+engine kept on the learner's weights.
+
+A part of :class:`agents.llm.LLMLearner`, kept apart by job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cory_rl.agents import ppo_math as pm
+from cory_rl.agents.engine import RolloutEngine, SamplingSettings, hf_weights
+from cory_rl.agents.rollout import (
+    response_logits,
+)
+
+
+class EngineSeat:
+    """The rollout engine of :class:`agents.llm.LLMLearner` (module doc)."""
+
+    # ------------------------------------------------------------------ a rollout engine
+    def attach_engine(self, engine: RolloutEngine | None, eos_token_id: int) -> None:
+        """Take whole turns from ``engine`` (None: act token by token again); the game
+        ends a row at ``eos_token_id``, the engine too."""
+        self.engine, self.eos_token_id = engine, int(eos_token_id)
+
+    def engine_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
+        """This seat's language model as a checkpoint's weights (its adapter merged)."""
+        return hf_weights(self.model.lm, self.model.adapter)
+
+    def save_adapter(self, folder: Path) -> None:
+        """This seat's LoRA adapter as peft writes one (for an engine's LoRA request)."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        lm, name = self.model.lm, self.model.adapter
+        folder.mkdir(parents=True, exist_ok=True)
+        state = get_peft_model_state_dict(lm, adapter_name=name)
+        save_file(
+            {k: v.contiguous() for k, v in state.items()}, folder / "adapter_model.safetensors"
+        )
+        lm.peft_config[name].save_pretrained(str(folder))
+
+    def _engine_holds_this_seat(self) -> None:
+        if self.model.adapter is not None and getattr(self.engine, "adapters", False):
+            self.engine.hold_adapter(self, self.weights_version, self.save_adapter)
+        else:
+            self.engine.hold(self, self.weights_version, self.engine_weights)
+
+    @torch.no_grad()
+    def _plan_turn(self, obs: dict[str, np.ndarray]) -> None:
+        """The whole turn from the engine, then the learner's own log-probs and values
+        of it, as acting token by token would have recorded them."""
+        turn, cfg = self.turn, self.config
+        if "budget" not in obs:
+            raise ValueError("a rollout engine needs each game's token budget: obs['budget']")
+        budgets = [int(b) for b in np.asarray(obs["budget"])]
+        B = len(budgets)
+        pairs = zip(turn.prompt_ids, turn.prompt_mask, strict=True)
+        prompts = [ids[m.bool()].tolist() for ids, m in pairs]
+        seeds = torch.randint(2**31 - 1, (B,), generator=self.generator, device=self.device)
+        self._engine_holds_this_seat()
+        sampling = SamplingSettings(cfg.temperature, cfg.top_k, cfg.top_p, cfg.repetition_penalty)
+        answer = self.engine.generate(prompts, budgets, sampling, seeds.tolist(), self.eos_token_id)
+        for b, ids in enumerate(answer.tokens):
+            if len(ids) < budgets[b] and (not ids or ids[-1] != self.eos_token_id):
+                raise RuntimeError(
+                    f"the engine ended game {b}'s answer after {len(ids)} of {budgets[b]} "
+                    "tokens without EOS (is the engine's max_model_len too short?)"
+                )
+        T = max(1, max(len(ids) for ids in answer.tokens))
+        tokens = torch.full((B, T), self.eos_token_id, dtype=torch.long)  # after EOS: ignored
+        engine_lp, seen = torch.full((B, T), float("nan")), torch.zeros(B, T, dtype=torch.bool)
+        for b, (ids, lps) in enumerate(zip(answer.tokens, answer.logprobs, strict=True)):
+            tokens[b, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+            engine_lp[b, : len(lps)] = torch.tensor(lps)
+            seen[b, : len(lps)] = True
+        ids = torch.cat([turn.prompt_ids, tokens], dim=1)
+        mask = torch.cat([turn.prompt_mask, torch.ones_like(tokens)], dim=1)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        columns: dict[str, list[torch.Tensor]] = {
+            "logprobs": [], "sample_logprobs": [], "values": [], "full_logprobs": [],
+            "entropies": [],
+        }  # fmt: skip
+        for rows in torch.arange(B).split(cfg.forward_batch_size):
+            inputs = [x[rows].to(self.device) for x in (ids, mask, positions)]
+            with self.accelerator.autocast():
+                logits, values, _ = self.model(*inputs, keep=T + 1)
+            logits = response_logits(logits, T)
+            logprobs = torch.log_softmax(logits, dim=-1)
+            chosen = tokens[rows].to(self.device)
+            mb = {"prompt_ids": inputs[0][:, : -T], "prompt_mask": inputs[1][:, : -T],
+                  "tokens": chosen}  # fmt: skip
+            sampled = self.sampled_logprobs(logits, mb) if not self.sampling.is_model else None
+            own = logprobs.gather(-1, chosen[..., None]).squeeze(-1)
+            columns["logprobs"].append(own.cpu())
+            columns["sample_logprobs"].append((own if sampled is None else sampled).cpu())
+            columns["values"].append(values[:, :-1].float().cpu())
+            if cfg.kl_estimator == "full":
+                columns["full_logprobs"].append(logprobs.cpu())
+            else:
+                columns["entropies"].append(pm.entropy_from_logits(logits).cpu())
+        whole = {k: torch.cat(v) for k, v in columns.items() if v}
+        for t in range(T):
+            turn.tokens.append(tokens[:, t])
+            for name, column in whole.items():
+                getattr(turn, name).append(column[:, t])
+        gap = engine_lp - whole["sample_logprobs"]
+        self.engine_gaps.append(gap[seen])
+        turn.planned = True
+
+    def engine_stats(self) -> dict[str, float]:
+        """How far the engine's log-probs of its tokens were from the learner's since the
+        last call: ``kl`` (their mean difference, a k1 estimate of KL(engine || learner)
+        per token) and the largest absolute gap; empty without an engine."""
+        if not self.engine_gaps:
+            return {}
+        gaps, self.engine_gaps = torch.cat(self.engine_gaps), []
+        return {"engine/kl": float(gaps.mean()), "engine/max_abs_gap": float(gaps.abs().max())}
