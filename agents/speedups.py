@@ -51,8 +51,8 @@ class StepInBackward:
     A hook reaches this object through a weak reference. A strong one would close the
     cycle parameter -> hook -> optimiser -> parameter, and the garbage collector cannot
     break a cycle through a tensor that C++ also holds (a view, a live autograd graph):
-    the optimiser with all of Adam's moments then outlived its learner, 1.6 GB per
-    135M-parameter agent, run after run in one process (a sweep).
+    the optimiser with all of Adam's moments then outlived its learner, run after run in
+    one process (a sweep; figures in docs/benchmarks.md).
     """
 
     def __init__(self, optimizer: Any, params: Iterable[torch.nn.Parameter]) -> None:

@@ -222,8 +222,9 @@ def trl_optimizer_steps_per_cycle(kwargs: dict[str, Any]) -> float:
 
 
 # ----------------------------------------------------------------------------- measuring
-def rss_peak_mb() -> float:
-    """This process's peak resident memory so far (MB)."""
+def process_peak_mb() -> float:
+    """This process's lifetime peak resident memory (MB, getrusage): never reset, unlike
+    ``train.memory.rss_peak_mb``, which a run resets at its start."""
     scale = 1024 if sys.platform != "darwin" else 1024**2
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
 
@@ -288,7 +289,7 @@ class OurSteps:
             self.seconds.append(time.perf_counter() - self._start)
             self.generated.append(self.tokens.generated)
             self.trained.append(self.tokens.trained)
-            self.peak_mb.append(rss_peak_mb())
+            self.peak_mb.append(process_peak_mb())
 
     def on_row(self, row: dict[str, Any]) -> None:
         if "score_mean" in row:
@@ -402,7 +403,7 @@ def run_trl(args: argparse.Namespace, learner: str, prompts: list[list[str]]) ->
         def on_step_end(self, *_: Any, **__: Any) -> None:
             step_seconds.append(time.perf_counter() - counter["start"])
             step_trained.append(counter["trained"])
-            peak_mb.append(rss_peak_mb())
+            peak_mb.append(process_peak_mb())
 
     flat = [p for step in prompts for p in step]
     with tempfile.TemporaryDirectory() as tmp:

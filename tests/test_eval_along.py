@@ -39,7 +39,7 @@ def test_eval_every_writes_the_trajectory_and_trains_the_same(tiny_model_dir, tm
     assert last["updates"] == 3 and set(last["answers"]["model"]) == {"trained"}
     assert last["eval_set"] == base["eval_set"]  # one set along the whole run
     assert last["summary"]["trained"]["all"]["reward"] == rows[-1]["eval/all/reward"]
-    from cory_rl.train.summary import run_summary
+    from cory_rl.train.run_summary import run_summary
 
     assert "held-out reward" in run_summary(run.path) and "3 iterations" in run_summary(run.path)
     # TensorBoard has the evaluations under their own keys, at step = updates.

@@ -23,7 +23,7 @@ TRAIN_LAYERS: list[tuple[str, set[str]]] = [
               "trained"}),
     ("training", {"health", "loop", "trackers"}),
     ("evaluation", {"eval_report", "evaluator", "eval_along", "cross_play"}),
-    ("analysis", {"plots", "summary", "model_card", "comparison", "comparison_figures"}),
+    ("analysis", {"plots", "run_summary", "model_card", "comparison", "comparison_figures"}),
     ("commands", {"flags", "run", "cory", "ppo", "evaluate", "eval_saved", "export", "play",
                   "sweep", "compare", "cli", "__init__"}),
 ]

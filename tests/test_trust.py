@@ -154,7 +154,7 @@ def test_a_sweep_refused_for_its_settings_does_not_say_rerun(tiny_model_dir, tmp
 
 
 def test_the_summary_of_a_short_run_says_what_it_is_and_what_next(ppo_run):
-    from cory_rl.train.summary import run_summary
+    from cory_rl.train.run_summary import run_summary
 
     text = run_summary(ppo_run)
     assert "test the plumbing" in text and "score: the task's reward" in text
@@ -193,7 +193,7 @@ def test_learners_and_tasks_from_a_module_of_one_s_own(tiny_model_dir, tmp_path,
     finished = run.run_training(config)
     saved = read_jsonl(finished.path / "metrics.jsonl")[0]
     assert "llm_1/kl" not in saved and "llm_0/kl" in saved  # a learner with no reference
-    from cory_rl.train.summary import run_summary
+    from cory_rl.train.run_summary import run_summary
 
     assert "n/a (no reference)" in run_summary(finished.path)
     # The saved config imports the module again: the run resumes and evaluates as it is.

@@ -8,7 +8,7 @@ marked by ``eval/updates``) and goes to TensorBoard at step = updates.
 
 An evaluation runs after the iteration's update and before its checkpoint, so a resumed
 run has every evaluation up to its checkpoint and redoes the later ones. It draws from
-no random stream of the run (``train/evaluate.Evaluator``): a run trains the same with
+no random stream of the run (``train/evaluator.Evaluator``): a run trains the same with
 and without evaluations.
 """
 

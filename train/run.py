@@ -19,7 +19,7 @@ from cory_rl.train.health import Band
 from cory_rl.train.loop import train
 from cory_rl.train.plots import plot_run
 from cory_rl.train.run_folder import RunDirectory, check_run_path
-from cory_rl.train.summary import run_summary, summary_values
+from cory_rl.train.run_summary import run_summary, summary_values
 from cory_rl.train.tracker_setup import prepare_trackers
 from cory_rl.train.trackers import Trackers
 
