@@ -9,7 +9,10 @@ time, so the game and the AEC API do not change. The learner's own forward then 
 the log-probs and values the update uses (as TRL does): the engine only proposes tokens.
 The gap between the engine's log-probs and the learner's is logged as a health figure
 (``engine/kl``, ``engine/max_abs_gap``): it grows when the engine's weights or sampling
-drift from the learner's.
+drift from the learner's. The update weights each engine token by the truncated
+importance ratio of the learner's log-prob to the engine's (``agents/engine_correction.py``,
+the ``engine_correction*`` learner settings; TRL's vLLM importance sampling), logged as
+``engine/is_*``.
 
 One engine serves every seat of one base model: before a turn it holds the acting seat's
 current weights (:meth:`VLLMEngine.hold`), which it reloads only when the seat or its

@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from cory_env import checks
+from cory_rl.agents import engine_correction as ec
 from cory_rl.agents import pg_math as pg
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents.dynamic_sampling import DynamicSampling
@@ -219,7 +220,7 @@ class RLOOAgent(GroupAgent):
             surrogate, low, high = pg.clipped_surrogate(
                 seq - old, mb["advantages"][:, None], cfg.clip_range, cfg.clip_high
             )
-            loss = surrogate.mean()
+            loss = ec.weighted_answers(surrogate, mb, mb["loss_mask"]).mean()
             seq_ratio = torch.exp((seq - old).detach())
             # The clip acts on answers; approx_kl and ratio are per token, as every learner's.
             return loss, {"loss": loss, "clipfrac": (low | high).float().mean(),
@@ -275,6 +276,7 @@ class GRPOAgent(GroupAgent):
                 "clipfrac_high": pm.masked_mean(high.expand_as(mask).float(), mb["mask"]),
                 **pm.ratio_stats(logprobs, mb["old_logprobs"], mb["mask"]),
             }
+            surrogate = ec.weighted(surrogate, mb)  # TRL: before the KL term is added
             pg_loss = reduce(surrogate, mask)
             if not self.needs_reference_pass:  # beta fixed at 0: no reference, no k3 term
                 return pg_loss, {"loss": pg_loss, "loss_policy": pg_loss, **clip_stats}

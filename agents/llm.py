@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from cory_env import checks
+from cory_rl.agents import engine_correction as ec
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents.engine import RolloutEngine
 from cory_rl.agents.llm_acting import Acting
@@ -71,6 +72,20 @@ class LLMConfig:
     top_p: float = 1.0
     repetition_penalty: float = 1.0
     """Sampling penalty on tokens already in the context (the official scripts: 1.1)."""
+    engine_correction: bool = True
+    """Weight each token a rollout engine sampled by the truncated importance ratio of the
+    learner's log-prob to the engine's (``agents/engine_correction.py``; TRL's
+    ``vllm_importance_sampling_correction``). Named after the engine, not TRL's
+    ``importance_sampling``, which here is GRPO's ``importance_sampling_level`` (GSPO's
+    ratio). Without an engine nothing is weighted, whatever this says."""
+    engine_correction_mode: str = "token_truncate"
+    """``token_truncate`` (TIS, the ratio clipped per token), ``token_mask``,
+    ``sequence_truncate`` or ``sequence_mask`` (TRL's ``vllm_importance_sampling_mode``;
+    its field defaults to ``sequence_mask``, its documentation names ``token_truncate``)."""
+    engine_correction_cap: float | None = 3.0
+    """The largest ratio kept (truncated to it, or masked above it); TRL's ``clip_max``."""
+    engine_correction_floor: float | None = None
+    """The smallest ratio kept (raised to it, or masked below it); TRL's ``clip_min``."""
 
     where = "learner"
     """How error messages name these settings."""
@@ -102,6 +117,19 @@ class LLMConfig:
         for name in ("adaptive_kl", "whiten_advantages", "score_scaling", "score_norm"):
             checks.boolean(getattr(self, name), name, where=w)
         checks.choice(self.kl_estimator, "kl_estimator", ("full", *pm.KL_ESTIMATORS), where=w)
+        checks.boolean(self.engine_correction, "engine_correction", where=w)
+        checks.choice(self.engine_correction_mode, "engine_correction_mode", ec.MODES, where=w)
+        cap, floor = self.engine_correction_cap, self.engine_correction_floor
+        if cap is not None:
+            checks.number(cap, "engine_correction_cap", **positive, hint="TRL's default: 3")
+        if floor is not None:
+            checks.number(floor, "engine_correction_floor", minimum=0, maximum=cap, where=w)
+        if cap is None and floor is None:
+            raise checks.SettingError(
+                f"{w}: engine_correction_cap and engine_correction_floor are both None: an "
+                "untruncated ratio can blow an update up; set engine_correction_cap (e.g. 3) "
+                "or engine_correction false"
+            )
         if self.mini_batch_size % self.gradient_accumulation_steps:
             raise checks.SettingError(
                 f"{w}: mini_batch_size ({self.mini_batch_size}) must be a multiple of "
@@ -184,6 +212,7 @@ class LLMLearner(Acting, EngineSeat, ReferenceAndKL, SavedState):
         """Counts changes of the weights (updates, loads, resets); an engine reloads them
         when it differs from the version it holds."""
         self.engine_gaps: list[torch.Tensor] = []
+        self.correction_stats: dict[str, float] = {}
 
     @property
     def model(self) -> PolicyWithValue:
@@ -211,6 +240,7 @@ class LLMLearner(Acting, EngineSeat, ReferenceAndKL, SavedState):
             values=torch.stack(turn.values, dim=1) * mask,
             full_logprobs=torch.stack(turn.full_logprobs, dim=1) if turn.full_logprobs else None,
             rewards=torch.as_tensor(np.asarray(rewards), dtype=torch.float32),
+            engine_logprobs=self._engine_logprobs(turn, mask),
         )
 
     def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
@@ -250,6 +280,7 @@ class LLMLearner(Acting, EngineSeat, ReferenceAndKL, SavedState):
         if self.rollout is None:
             raise RuntimeError("learn() before any end_rollout(): nothing was collected")
         rollout, self.rollout = self.rollout, None
+        rollout.is_weights = self.correction_weights(rollout)
         return rollout
 
     def finish(

@@ -12,11 +12,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cory_rl.agents import engine_correction as ec
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents.engine import RolloutEngine, SamplingSettings, hf_weights
-from cory_rl.agents.rollout import (
-    response_logits,
-)
+from cory_rl.agents.rollout import Rollout, Turn, response_logits
 
 
 class EngineSeat:
@@ -107,17 +106,45 @@ class EngineSeat:
         whole = {k: torch.cat(v) for k, v in columns.items() if v}
         for t in range(T):
             turn.tokens.append(tokens[:, t])
+            turn.engine_logprobs.append(engine_lp[:, t])
             for name, column in whole.items():
                 getattr(turn, name).append(column[:, t])
         gap = engine_lp - whole["sample_logprobs"]
         self.engine_gaps.append(gap[seen])
         turn.planned = True
 
+    @staticmethod
+    def _engine_logprobs(turn: Turn, mask: torch.Tensor) -> torch.Tensor | None:
+        """The engine's log-probs of a planned turn's accepted tokens (0 elsewhere)."""
+        if not turn.engine_logprobs:
+            return None
+        engine_lp = torch.stack(turn.engine_logprobs, dim=1)
+        return torch.where(mask.bool(), engine_lp, torch.zeros_like(engine_lp))
+
+    def correction_weights(self, rollout: Rollout) -> torch.Tensor | None:
+        """The engine correction's weights of ``rollout`` (``agents/engine_correction.py``),
+        its statistics kept for :meth:`engine_stats`; None when no engine sampled it or
+        ``engine_correction`` is off."""
+        cfg = self.config
+        if rollout.engine_logprobs is None or not cfg.engine_correction:
+            return None
+        weights, self.correction_stats = ec.correction_weights(
+            rollout.sample_logprobs, rollout.engine_logprobs, rollout.mask,
+            cfg.engine_correction_mode, cfg.engine_correction_cap, cfg.engine_correction_floor,
+        )  # fmt: skip
+        return weights
+
     def engine_stats(self) -> dict[str, float]:
         """How far the engine's log-probs of its tokens were from the learner's since the
         last call: ``kl`` (their mean difference, a k1 estimate of KL(engine || learner)
-        per token) and the largest absolute gap; empty without an engine."""
+        per token) and the largest absolute gap; and the last correction's statistics
+        (``is_*``). Empty without an engine."""
+        stats, self.correction_stats = self.correction_stats, {}
         if not self.engine_gaps:
-            return {}
+            return stats
         gaps, self.engine_gaps = torch.cat(self.engine_gaps), []
-        return {"engine/kl": float(gaps.mean()), "engine/max_abs_gap": float(gaps.abs().max())}
+        return {
+            "engine/kl": float(gaps.mean()),
+            "engine/max_abs_gap": float(gaps.abs().max()),
+            **stats,
+        }

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from cory_env import checks
+from cory_rl.agents import engine_correction as ec
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents.llm import LLMConfig, LLMLearner
 from cory_rl.agents.registry import Seat, register_learner
@@ -88,8 +89,9 @@ class PPOAgent(LLMLearner):
             """Clipped policy loss + vf_coef * clipped value loss, token means."""
             logprobs = self.sampled_logprobs(logits, mb)
             pg_loss, pg_stats = pm.policy_loss(
-                logprobs, mb["old_logprobs"], mb["advantages"], mb["mask"], cfg.clip_range
-            )
+                logprobs, mb["old_logprobs"], mb["advantages"], mb["mask"], cfg.clip_range,
+                weights=mb.get(ec.WEIGHTS),
+            )  # fmt: skip
             vf_loss, vf_stats = pm.value_loss(
                 values[:, :-1].float(), mb["old_values"], mb["returns"], mb["mask"],
                 cfg.clip_range_value,

@@ -220,8 +220,11 @@ def policy_loss(
     advantages: torch.Tensor,
     mask: torch.Tensor,
     clip_range: float = 0.2,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO clipped surrogate, averaged over valid tokens.
+    """PPO clipped surrogate, averaged over valid tokens; with ``weights`` (B, T) each
+    token's term is multiplied by its weight first (a rollout engine's off-policy
+    correction, ``agents/engine_correction.py``).
 
     Taking the max of the unclipped and clipped losses is the pessimistic bound:
     the policy gains nothing from moving the ratio exp(logp - old) outside
@@ -233,7 +236,8 @@ def policy_loss(
     ratio = torch.exp(log_ratio)
     losses_unclipped = -advantages * ratio
     losses_clipped = -advantages * torch.clamp(ratio, 1.0 - clip_range, 1.0 + clip_range)
-    loss = masked_mean(torch.max(losses_unclipped, losses_clipped), mask)
+    per_token = torch.max(losses_unclipped, losses_clipped)
+    loss = masked_mean(per_token if weights is None else per_token * weights, mask)
     with torch.no_grad():
         clipped = (losses_clipped > losses_unclipped).to(losses_clipped.dtype)
         stats = {

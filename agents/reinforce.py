@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from cory_env import checks
+from cory_rl.agents import engine_correction as ec
 from cory_rl.agents import pg_math as pg
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents import state_io
@@ -114,7 +115,7 @@ class ReinforceAgent(LLMLearner):
 
         def reinforce_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
             logprobs = self.sampled_logprobs(logits, mb)
-            loss = -pm.masked_mean(logprobs * mb["advantages"], mb["mask"])
+            loss = -pm.masked_mean(ec.weighted(logprobs * mb["advantages"], mb), mb["mask"])
             return loss, {"loss": loss, **pm.ratio_stats(logprobs, mb["old_logprobs"], mb["mask"])}
 
         stats = minibatch_update(self, data, reinforce_loss, epochs=1)

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from cory_rl.agents.engine_correction import WEIGHTS
+
 
 @dataclass
 class Turn:
@@ -26,6 +28,7 @@ class Turn:
     values: list[torch.Tensor] = field(default_factory=list)
     full_logprobs: list[torch.Tensor] = field(default_factory=list)
     entropies: list[torch.Tensor] = field(default_factory=list)
+    engine_logprobs: list[torch.Tensor] = field(default_factory=list)  # the engine's, if it planned
     seen: tuple[torch.Tensor, torch.Tensor] | None = None  # ids in the context and which are real
     planned: bool = False  # the whole turn came from a rollout engine at its first step
 
@@ -52,6 +55,11 @@ class Rollout:
     values: torch.Tensor  # (B, T) V(s_t) at acting time
     full_logprobs: torch.Tensor | None  # (B, T, V) for the exact KL
     rewards: torch.Tensor  # (B,) what the game paid (with lam, the mixed reward)
+    engine_logprobs: torch.Tensor | None = None
+    """(B, T) the rollout engine's log-prob of each token it sampled; None = no engine."""
+    is_weights: torch.Tensor | None = None
+    """(B, T) the engine correction's weights (``agents/engine_correction.py``), set when
+    the learner takes the rollout to learn from it; None = no engine sampled."""
 
     def sequences(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Prompt + response ids, attention mask and position ids, as one forward sees them."""
@@ -62,11 +70,14 @@ class Rollout:
     def batch_tensors(self) -> dict[str, torch.Tensor]:
         """What every update forward needs, built once; mini-batches are rows of them."""
         ids, attention, positions = self.sequences()
-        return {
+        data = {
             "ids": ids, "attention": attention, "positions": positions, "tokens": self.tokens,
             "prompt_ids": self.prompt_ids, "prompt_mask": self.prompt_mask,
             "old_logprobs": self.sample_logprobs, "mask": self.mask.float(),
         }  # fmt: skip
+        if self.is_weights is not None:
+            data[WEIGHTS] = self.is_weights
+        return data
 
 
 def without_shared_padding(
@@ -94,11 +105,15 @@ def response_logits(logits: torch.Tensor, steps: int) -> torch.Tensor:
 
 def rollout_rows(rollout: Rollout, rows: torch.Tensor) -> Rollout:
     """The games ``rows`` of ``rollout``, in that order."""
-    full = None if rollout.full_logprobs is None else rollout.full_logprobs[rows]
+
+    def pick(x: torch.Tensor | None) -> torch.Tensor | None:
+        return None if x is None else x[rows]
+
     return Rollout(
         rollout.prompt_ids[rows], rollout.prompt_mask[rows], rollout.tokens[rows],
         rollout.mask[rows], rollout.logprobs[rows], rollout.sample_logprobs[rows],
-        rollout.values[rows], full, rollout.rewards[rows],
+        rollout.values[rows], pick(rollout.full_logprobs), rollout.rewards[rows],
+        pick(rollout.engine_logprobs), pick(rollout.is_weights),
     )  # fmt: skip
 
 
@@ -121,6 +136,14 @@ def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:
         return torch.cat(parts, dim=0)
 
     fulls = [r.full_logprobs for r in rollouts]
+
+    def optional(parts: list[Any], instead: list[torch.Tensor], pad: float = 0) -> Any:
+        """None when no part has one, else each part's own or ``instead`` (its neutral)."""
+        if all(x is None for x in parts):
+            return None
+        pairs = zip(parts, instead, strict=True)
+        return cat([right(x if x is not None else y, pad) for x, y in pairs])
+
     return Rollout(
         prompt_ids=cat([left(r.prompt_ids, pad_token_id) for r in rollouts]),
         prompt_mask=cat([left(r.prompt_mask, 0) for r in rollouts]),
@@ -131,4 +154,13 @@ def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:
         values=cat([right(r.values) for r in rollouts]),
         full_logprobs=None if any(f is None for f in fulls) else cat([right(f) for f in fulls]),
         rewards=cat([r.rewards for r in rollouts]),
+        # A batch the engine did not sample: its own log-probs, i.e. a ratio of 1.
+        engine_logprobs=optional(
+            [r.engine_logprobs for r in rollouts], [r.sample_logprobs for r in rollouts]
+        ),
+        is_weights=optional(
+            [r.is_weights for r in rollouts],
+            [torch.ones_like(r.sample_logprobs) for r in rollouts],
+            pad=1.0,
+        ),
     )
