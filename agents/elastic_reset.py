@@ -51,6 +51,7 @@ from cory_rl.agents import state_io
 from cory_rl.agents.policy import PolicyWithValue
 from cory_rl.agents.ppo import PPOAgent, PPOConfig, make_ppo_agent
 from cory_rl.agents.registry import Seat, register_learner
+from cory_rl.agents.sharding import full_tensors, load_full
 
 ELASTIC_STATE_FORMAT = 1
 """Version of the files :meth:`ElasticReset.save` adds to PPO's."""
@@ -113,9 +114,12 @@ class ElasticReset:
         self.ema_decay = float(ema_decay)
         self.reset_freq = int(reset_freq)
         self.params = reset_parameters(agent.model)
+        self.sharding = agent.sharding
         with torch.no_grad():
             self.ema = {n: p.detach().clone() for n, p in self.params.items()}
-            self.initial = {n: p.detach().to("cpu", copy=True) for n, p in self.params.items()}
+            # sharded: each process keeps its shard of the initial model, beside its params
+            where = None if self.sharding is not None else "cpu"
+            self.initial = {n: p.detach().to(where, copy=True) for n, p in self.params.items()}
         self.learn_calls = 0
 
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
@@ -135,6 +139,15 @@ class ElasticReset:
 
     def discard_turn(self) -> None:
         self.agent.discard_turn()
+
+    def turn_over(self) -> None:
+        self.agent.turn_over()
+
+    def process_rng(self) -> dict[str, torch.Tensor]:
+        return self.agent.process_rng()
+
+    def load_process_rng(self, states: dict[str, torch.Tensor]) -> None:
+        self.agent.load_process_rng(states)
 
     def export(
         self, path: Path, tokenizer: Any, merge: bool = False, info: dict | None = None
@@ -160,6 +173,10 @@ class ElasticReset:
         self.agent.save(path, writer)
         tensors = {f"ema.{n}": t for n, t in self.ema.items()}
         tensors.update({f"initial.{n}": t for n, t in self.initial.items()})
+        if self.sharding is not None:  # every process gathers, the main one writes
+            tensors = full_tensors(tensors)
+            if not self.sharding.is_main:
+                return
         state_io.save_tensors(tensors, path / "elastic_reset.safetensors", writer)
         state_io.save_json(
             {"format": ELASTIC_STATE_FORMAT, "learn_calls": self.learn_calls},
@@ -184,10 +201,9 @@ class ElasticReset:
                 f"(differing names, e.g. {sorted(expected ^ set(tensors))[:2]})",
             )
         try:
-            with torch.no_grad():
-                for n in self.params:
-                    self.ema[n].copy_(tensors[f"ema.{n}"])
-                    self.initial[n].copy_(tensors[f"initial.{n}"])
+            targets = {f"ema.{n}": t for n, t in self.ema.items()}
+            targets.update({f"initial.{n}": t for n, t in self.initial.items()})
+            load_full(targets, tensors)  # each process its own shard, if sharded
             self.learn_calls = int(meta["learn_calls"])
         except (RuntimeError, TypeError, ValueError) as err:
             raise state_io.invalid(tensor_file, f"inconsistent EMA state: {err!r}") from None

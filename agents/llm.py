@@ -36,6 +36,7 @@ from cory_rl.agents.rollout import (
     without_shared_padding,
 )
 from cory_rl.agents.sampling import SamplingDistribution, seen_before_each
+from cory_rl.agents.sharding import full_tensor
 from cory_rl.agents.speedups import StepInBackward, make_adam
 
 
@@ -190,8 +191,15 @@ class LLMLearner(Acting, EngineSeat, ReferenceAndKL, SavedState):
         if not reference.adapters_disabled:
             reference.lm.to(self.device)
         self.reference = reference
+        self.sharding = policy.sharding
+        """FSDP2 (``agents/sharding.py``): the pool sharded the policy; None = whole."""
         optimizer = make_adam(policy.trainable_parameters(), config.learning_rate)
-        self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
+        if self.sharding is None:
+            self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
+        else:  # sharded already: DDP must not wrap it, and FSDP2 reduces the gradients
+            self.policy, self.optimizer = policy, optimizer
+        self.gathered = False
+        """Whether the policy's full weights are held for a turn (:meth:`turn_over`)."""
         self.step_in_backward = StepInBackward(self.optimizer, policy.trainable_parameters())
         self.kl_ctl, self.score_moments = self._fresh_kl_and_scores()
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
@@ -221,6 +229,27 @@ class LLMLearner(Acting, EngineSeat, ReferenceAndKL, SavedState):
     def learn(self) -> dict[str, float]:
         """One update on the rollout collected since the last call (the learner's own)."""
         raise NotImplementedError(f"{type(self).__name__} must define learn()")
+
+    def gather_for_turn(self) -> None:
+        """Sharded: hold the full weights from the turn's first forward to its end, so that
+        the turn's forwards, as many as its longest answer, make no collective call."""
+        if self.sharding is not None and not self.gathered:
+            self.sharding.gather(self.model.sharded_modules())
+            self.gathered = True
+
+    def turn_over(self) -> None:
+        """The game moved on from this seat's turn: free the weights gathered for it."""
+        if self.gathered:
+            self.sharding.release(self.model.sharded_modules())
+            self.gathered = False
+
+    def clip_gradients(self, max_norm: float) -> float:
+        """Clip the trainable parameters' gradients to ``max_norm``; their norm before."""
+        params = self.model.trainable_parameters()
+        if self.sharding is None:
+            return float(self.accelerator.clip_grad_norm_(params, max_norm))
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return float(full_tensor(norm))
 
     def _close_turn(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> Rollout:
         """The turn as a rollout: the tokens the game accepted and the rewards it paid."""

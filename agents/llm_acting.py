@@ -64,6 +64,7 @@ class Acting:
         generated = np.asarray(obs["num_generated"])
         if (generated == 0).all():
             self.turn = turn = Turn.start(obs, self.device)
+            self.gather_for_turn()
             if self.engine is not None and self.sampling_noise is None:
                 self._plan_turn(obs)
             if turn.planned:

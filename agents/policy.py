@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from cory_rl.agents.sharding import Sharding, is_sharded
 from cory_rl.agents.speedups import fuse_lora_sums, recompute_activations
 
 
@@ -88,6 +89,8 @@ class PolicyWithValue(nn.Module):
         super().__init__()
         self.lm = lm
         self.adapter = adapter
+        self.sharding: Sharding | None = None
+        """Set when the pool shards this policy (``agents/sharding.py``)."""
         hidden = lm.config.get_text_config().hidden_size
         self.value_head = nn.Linear(hidden, 1)
         nn.init.normal_(self.value_head.weight, std=1.0 / np.sqrt(hidden + 1))
@@ -113,6 +116,13 @@ class PolicyWithValue(nn.Module):
             # Only on a change of seat: peft's set_adapter walks every module, far too
             # slow to run once per token while acting.
             self.lm.set_adapter(self.adapter)
+            if self.sharding is not None:
+                # peft switches requires_grad off on the other seats' adapters; FSDP2 made
+                # their gathered copies trainable once, and a seat's shards must keep
+                # taking the gradients it reduces: none for an adapter a forward left out.
+                for name, param in self.lm.named_parameters():
+                    if "lora_" in name:
+                        param.requires_grad_(True)
         out = lm_forward(
             self.lm,
             input_ids,
@@ -138,6 +148,11 @@ class PolicyWithValue(nn.Module):
         # Not filtered by requires_grad: peft's set_adapter switches that flag on the
         # adapters as agents take turns. A learner without a critic freezes the head.
         return own + [p for p in self.value_head.parameters() if p.requires_grad]
+
+    def sharded_modules(self) -> list[nn.Module]:
+        """The sharded groups this policy's forward runs: itself (full fine-tuning), or
+        the shared base and its own value head (LoRA)."""
+        return [self] if self.adapter is None else [self.lm, self.value_head]
 
     def policy_state_dict(self) -> dict[str, torch.Tensor]:
         """What this agent owns: its adapter (LoRA) or its full LM, plus the value head."""
@@ -210,10 +225,18 @@ class ModelPool:
         lora_config: Any = None,
         activation_checkpointing: bool = False,
         references: dict[str, str] | None = None,
+        sharding: Sharding | None = None,
+        adapters: dict[str, list[str]] | None = None,
     ) -> None:
         self._load = load
         self.lora_config = lora_config
         self.activation_checkpointing = activation_checkpointing
+        self.sharding = sharding
+        self.adapters = adapters or {}
+        """Sharded LoRA: every seat (adapter) of each base, added before the shared base
+        is sharded, which happens once, at its first seat."""
+        if sharding is not None and lora_config is not None and not self.adapters:
+            raise ValueError("sharded LoRA seats need the pool to know every seat's adapter")
         self.references = {m: r for m, r in (references or {}).items() if m != r}
         if self.references and lora_config is not None:
             raise ValueError(
@@ -222,6 +245,7 @@ class ModelPool:
             )
         self._bases: dict[str, nn.Module] = {}
         self._references: dict[str, Reference] = {}
+        self._sharded: dict[tuple[str, str], PolicyWithValue] = {}
 
     def _base(self, model: str) -> nn.Module:
         if model not in self._bases:
@@ -253,16 +277,22 @@ class ModelPool:
             lm = copy.deepcopy(base).requires_grad_(True)
             if self.activation_checkpointing:
                 recompute_activations(lm)
-            return PolicyWithValue(lm), self._reference(model)
-        from peft import get_peft_model
+            policy = PolicyWithValue(lm)
+            if self.sharding is not None:
+                self.sharding.shard(policy)
+                policy.sharding = self.sharding
+            return policy, self._reference(model)
+        if self.sharding is not None:
+            return self._sharded_lora_policy(model, adapter)
+        return self._lora_policy(model, adapter)
 
+    def _lora_policy(self, model: str, adapter: str) -> tuple[PolicyWithValue, Reference]:
+        base = self._base(model)
         if model not in self._references:
-            peft_lm = get_peft_model(base, self.lora_config, adapter_name=adapter)
-            fuse_lora_sums(peft_lm)
-            self._references[model] = Reference(peft_lm, adapters_disabled=True)
+            self._references[model] = Reference(self._peft(base, adapter), adapters_disabled=True)
         else:
-            peft_lm = self._references[model].lm
-            peft_lm.add_adapter(adapter, self.lora_config)
+            self._references[model].lm.add_adapter(adapter, self.lora_config)
+        peft_lm = self._references[model].lm
         peft_lm.eval()
         if self.activation_checkpointing:
             recompute_activations(peft_lm)
@@ -272,6 +302,45 @@ class ModelPool:
             elif f".{adapter}." in name:
                 param.requires_grad_(True)
         return PolicyWithValue(peft_lm, adapter=adapter), self._references[model]
+
+    def _peft(self, base: nn.Module, adapter: str) -> nn.Module:
+        """``base`` with a first LoRA adapter (the other seats' are added to it)."""
+        from peft import get_peft_model
+
+        peft_lm = get_peft_model(base, self.lora_config, adapter_name=adapter)
+        fuse_lora_sums(peft_lm)
+        return peft_lm
+
+    def _sharded_lora_policy(self, model: str, adapter: str) -> tuple[PolicyWithValue, Reference]:
+        """A seat of a base whose every seat is made at its first one, as one process makes
+        them (the same random draws, in seat order), before the shared base is sharded
+        once; each seat's value head is a sharded group of its own. Every adapter stays
+        trainable (FSDP2 fixes that flag at its first gather); each seat's optimiser
+        takes only its own."""
+        if (model, adapter) not in self._sharded:
+            planned = self.adapters.get(model, [])
+            if adapter not in planned:
+                raise ValueError(f"seat {adapter!r} of {model!r} is not among {planned}")
+            made = [self._lora_policy(model, name)[0] for name in planned]
+            peft_lm = self._references[model].lm
+            for name, param in peft_lm.named_parameters():
+                param.requires_grad_("lora_" in name)
+            self.sharding.shard(peft_lm)
+            for policy in made:
+                self.sharding.shard(policy.value_head)
+                policy.sharding = self.sharding
+                self._sharded[(model, policy.adapter)] = policy
+        return self._sharded[(model, adapter)], self._references[model]
+
+    def shard_references(self) -> None:
+        """Shard the frozen references of full fine-tuning, once every seat has copied its
+        base (a sharded base cannot be copied); LoRA's is the shared base, already sharded."""
+        if self.sharding is None:
+            return
+        for reference in self._references.values():
+            weight = next(reference.lm.parameters())
+            if not reference.adapters_disabled and not is_sharded(weight):
+                self.sharding.shard(reference.lm)
 
 
 def vocabulary_size(lm: nn.Module) -> int:

@@ -62,6 +62,7 @@ def minibatch_update(
     ``data`` whose tokens the loss counts (a unit of ``unit="token"``)."""
     cfg = learner.config
     prefix = prefix or learner.name
+    learner.turn_over()  # sharded: train on shards, whatever the last turn held
     mask = data[loss_mask]
     B, T = data["tokens"].shape
     micro = cfg.mini_batch_size // cfg.gradient_accumulation_steps
@@ -122,10 +123,8 @@ def minibatch_update(
                     learner.optimizer.zero_grad(set_to_none=True)  # this mini-batch takes no step
                     break
                 if cfg.max_grad_norm is not None:
-                    norm = learner.accelerator.clip_grad_norm_(
-                        learner.model.trainable_parameters(), cfg.max_grad_norm
-                    )
-                    stats[f"{prefix}/grad_norm"].append(float(norm))
+                    norm = learner.clip_gradients(cfg.max_grad_norm)
+                    stats[f"{prefix}/grad_norm"].append(norm)
                 if not stepping:
                     with learner.probe.phase("optimiser", learner):
                         learner.optimizer.step()

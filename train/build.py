@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from typing import Any
 
@@ -16,6 +17,7 @@ from cory_rl.agents.base import Learner
 from cory_rl.agents.engine import VLLMEngine, require_vllm
 from cory_rl.agents.policy import ModelPool
 from cory_rl.agents.registry import Seat, build_learner
+from cory_rl.agents.sharding import Sharding
 from cory_rl.train.config import TrainConfig
 from cory_rl.train.distributed import Processes
 from cory_rl.train.games import make_game
@@ -26,6 +28,37 @@ def make_accelerator(config: TrainConfig) -> Any:
         raise SettingError("device: 'cuda', but no CUDA device is visible; use cpu or auto")
     use_cpu = config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available())
     return Accelerator(cpu=use_cpu, mixed_precision=config.mixed_precision)
+
+
+def launched_with_fsdp() -> str | None:
+    """The FSDP version an ``accelerate launch`` config asks for (its environment), or None."""
+    if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
+        return None
+    return os.environ.get("FSDP_VERSION", "1")
+
+
+def make_sharding(config: TrainConfig, accelerator: Any) -> Sharding | None:
+    """FSDP2 over the run's processes when the config (or the launch) asks for it."""
+    launched = launched_with_fsdp()
+    if launched is not None and launched != "2":
+        raise SettingError(
+            f"accelerate launch runs an FSDP{launched} config; this library shards with FSDP2: "
+            "set fsdp_version: 2 in it (train/configs/fsdp2.yaml)"
+        )
+    if config.sharding == "none" and launched is not None:
+        raise SettingError(
+            "sharding: 'none', but accelerate launch runs an FSDP config; launch with "
+            "train/configs/multi_gpu.yaml (or multi_cpu.yaml) for data-parallel training, "
+            "or set sharding fsdp2"
+        )
+    wanted = config.sharding == "fsdp2" or (config.sharding == "auto" and launched is not None)
+    if not wanted or Processes(accelerator).num == 1:
+        return None
+    # Every process loads the whole weights (transformers would otherwise leave them empty
+    # outside the main process, for FSDP1 to broadcast); the pool then shards them.
+    os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "false"
+    reshard = os.environ.get("FSDP_RESHARD_AFTER_FORWARD", "true").lower() != "false"
+    return Sharding(accelerator.device, reshard_after_forward=reshard)
 
 
 def lora_config(config: TrainConfig) -> Any:
@@ -83,11 +116,16 @@ def build_game_and_learners(
         except ModelNotFound as err:
             raise SettingError(f"{_model_setting(config, agent)}: {err}") from None
     game = make_game(config, list(tokenizers.values()))
+    adapters: dict[str, list[str]] = {}
+    for agent, model in seat_models.items():
+        adapters.setdefault(model, []).append(agent)
     pool = ModelPool(
         partial(load_causal_lm, load_in_4bit=config.load_in_4bit),
         lora_config(config),
         activation_checkpointing=config.activation_checkpointing,
         references=config.model_references(),
+        sharding=make_sharding(config, accelerator),
+        adapters=adapters,
     )
     learners: dict[str, Learner] = {}
     for i, (agent, (name, settings)) in enumerate(config.seat_learners().items()):
@@ -107,6 +145,7 @@ def build_game_and_learners(
             max_new_tokens=game.budget_high,
         )
         learners[agent] = build_learner(name, seat)
+    pool.shard_references()
     if config.rollout_engine != "none":
         attach_engines(config, game, learners, seat_models, tokenizers)
     return game, learners

@@ -56,6 +56,9 @@ class Hooks:
 class Evaluations(Protocol):
     """Held-out evaluations along training (``train/eval_along.py``), handed to the loop."""
 
+    writes: bool
+    """Whether it writes its files; the loop sets it (only the main process writes)."""
+
     def begin(self, learners: dict[str, Any], start: int) -> dict[str, Any] | None:
         """The evaluation before the first update (None when it is already logged)."""
 

@@ -1,9 +1,9 @@
 """A run's checkpoint: every learner, the game and the RNGs, with a loadable copy at every instant.
 
 Layout of ``RUN/checkpoint/``: one folder per agent (the learner's own files), then
-``rng.safetensors`` (torch RNG of every process) and ``state.json`` (iteration, and per
-process the game's state and the Python and NumPy RNGs). ``state.json`` is written last,
-so a folder that has it is complete.
+``rng.safetensors`` (torch's RNG and each learner's random streams, of every process) and
+``state.json`` (iteration, and per process the game's state and the Python and NumPy RNGs).
+``state.json`` is written last, so a folder that has it is complete.
 Nothing is a pickle: a crafted file cannot run code.
 
 The loop saves through a :class:`CheckpointWriter`: the states are taken at once, the
@@ -54,8 +54,9 @@ def _discard(folder: Path) -> None:
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def _process_state(game: BatchedTextGame) -> dict:
-    """This process's game and RNG states, as JSON."""
+def _process_state(game: BatchedTextGame, learners: dict[str, Learner]) -> dict:
+    """This process's game and RNG states, as JSON, and its learners' random streams (each
+    process of a run draws its own: a learner's files hold the main process's only)."""
     numpy_state = np.random.get_state()
     python_state = random.getstate()
     return {
@@ -63,7 +64,16 @@ def _process_state(game: BatchedTextGame) -> dict:
         "numpy_rng": [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]],
         "python_rng": [python_state[0], list(python_state[1]), python_state[2]],
         "torch_rng": torch.get_rng_state().tolist(),
+        "learner_rng": {
+            agent: learner.process_rng()
+            for agent, learner in learners.items()
+            if hasattr(learner, "process_rng")
+        },
     }
+
+
+def _sharded(learner: Learner) -> bool:
+    return getattr(learner, "sharding", None) is not None
 
 
 def save_checkpoint(
@@ -107,13 +117,17 @@ class CheckpointWriter:
     ) -> None:
         self.wait()
         processes = processes or Processes()
-        states = processes.gather(_process_state(game))
+        states = processes.gather(_process_state(game, learners))
         if processes.is_main:
             writes = _queue_writes(Path(run_path), learners, iteration, states)
             self._thread = threading.Thread(
                 target=self._run, args=(writes,), name="checkpoint-writer", daemon=False
             )
             self._thread.start()
+        else:  # a sharded learner gathers its full tensors with the main process's save
+            for agent, learner in learners.items():
+                if _sharded(learner):
+                    learner.save(Path(run_path) / "checkpoint.tmp" / agent, state_io.WriteQueue())
         processes.wait()
 
     def _run(self, writes: list[Callable[[], None]]) -> None:
@@ -165,6 +179,9 @@ def _queue_writes(
             learner.save(tmp / agent)
     rng = {f"torch.{p}": torch.tensor(s.pop("torch_rng"), dtype=torch.uint8)
            for p, s in enumerate(states)}  # fmt: skip
+    for p, s in enumerate(states):
+        for agent, streams in s.pop("learner_rng").items():
+            rng.update({f"learner.{agent}.{name}.{p}": t for name, t in streams.items()})
     state_io.save_tensors(rng, tmp / "rng.safetensors", writes)
     run_state = {"format": CHECKPOINT_FORMAT, "iteration": iteration, "agents": list(learners)}
     # the marker: queued last, so a folder that has it is complete
@@ -271,6 +288,12 @@ def load_checkpoint(
         np.random.set_state((name, np.asarray(keys, dtype=np.uint32), *rest))
         version, internal, gauss = local["python_rng"]
         random.setstate((version, tuple(internal), gauss))
+        for agent, learner in learners.items():
+            prefix, suffix = f"learner.{agent}.", f".{own}"
+            streams = {k[len(prefix) : -len(suffix)]: t for k, t in rng.items()
+                       if k.startswith(prefix) and k.endswith(suffix)}  # fmt: skip
+            if streams and hasattr(learner, "load_process_rng"):  # older checkpoints: none
+                learner.load_process_rng(streams)
         iteration = int(state["iteration"])
     except (KeyError, TypeError, ValueError, RuntimeError) as err:
         raise state_io.invalid(folder / MARKER, f"inconsistent run state: {err!r}") from None

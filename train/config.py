@@ -57,6 +57,11 @@ class TrainConfig:
     """``auto`` (CUDA when available), ``cpu`` or ``cuda``."""
     mixed_precision: str = "no"
     """``no`` or ``bf16``."""
+    sharding: str = "auto"
+    """With several processes: ``fsdp2`` shards every seat's policy, value head and frozen
+    reference over them (``agents/sharding.py``); ``none`` keeps a whole copy on each
+    (data-parallel, DDP); ``auto`` takes ``fsdp2`` when ``accelerate launch`` runs an FSDP
+    config (``train/configs/fsdp2.yaml``), else ``none``. One process: always whole."""
     allocator: str = "auto"
     """Heap allocator of a script run (train/allocator.py): ``auto`` (mimalloc where the
     cmeel-mimalloc package is installed), ``mimalloc`` or ``system`` (glibc's)."""
@@ -267,6 +272,7 @@ class TrainConfig:
         checks.number(self.lora_alpha, "lora_alpha", minimum=0, exclusive_min=True)
         checks.choice(self.device, "device", ("auto", "cpu", "cuda"))
         checks.choice(self.mixed_precision, "mixed_precision", ("no", "bf16"))
+        checks.choice(self.sharding, "sharding", ("auto", "none", "fsdp2"))
         checks.choice(self.rollout_engine, "rollout_engine", ("none", "vllm"))
         checks.choice(self.allocator, "allocator", ALLOCATORS)
         checks.boolean(self.activation_checkpointing, "activation_checkpointing")

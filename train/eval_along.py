@@ -40,6 +40,8 @@ class TrainingEvaluations:
             seed=config.eval_seed, max_queries=config.eval_queries,
         )  # fmt: skip
         self.base: dict[str, list[Any]] | None = None
+        self.writes = True
+        """False on the other processes of a sharded run: they play, the main one writes."""
 
     def due(self, iteration: int) -> bool:
         """Whether the update of ``iteration`` (0-based) is followed by an evaluation."""
@@ -74,7 +76,8 @@ class TrainingEvaluations:
             base=self.base, samples={model: shown}, common=common,
             moe={model: sum(moe) / len(moe)} if moe and self.config.algorithm == "moe" else None,
         )  # fmt: skip
-        write_eval(self.folder, result, eval_stem(updates))
+        if self.writes:
+            write_eval(self.folder, result, eval_stem(updates))
         if updates == 0:
             self.base = answers
         row = metrics_row(result, model, updates)

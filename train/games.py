@@ -41,10 +41,24 @@ def make_game(
 
 
 def play_games(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
-    """Play the current batch of games to the end (evaluation stops here: nothing is kept)."""
+    """Play the current batch of games to the end (evaluation stops here: nothing is kept).
+
+    A learner that has ``turn_over()`` hears when the game moves on from its turn (a
+    sharded learner frees the weights it gathered for the turn)."""
+    acting = None
     while not game.done:
         agent = game.agent_selection
+        if agent != acting:
+            _turn_over(learners, acting)
+            acting = agent
         game.step(learners[agent].act(game.observe(agent)), agent=agent)
+    _turn_over(learners, acting)
+
+
+def _turn_over(learners: dict[str, Learner], agent: str | None) -> None:
+    turn_over = getattr(learners[agent], "turn_over", None) if agent is not None else None
+    if turn_over is not None:
+        turn_over()
 
 
 def batch_samples(game: BatchedTextGame, n: int) -> list[dict[str, Any]]:

@@ -161,11 +161,15 @@ def train(
         run.log_metrics(row)
         hooks.on_row(row)
 
-    if config.eval_every and run is not None and evaluations is not None:
-        along = evaluations(run.path)  # the main process evaluates, the others go on
+    # The main process evaluates and the others go on; sharded, every process plays the
+    # evaluation (each forward gathers weights from all of them) and the main one writes.
+    sharded = any(getattr(learner, "sharding", None) is not None for learner in learners.values())
+    if config.eval_every and evaluations is not None and (main or sharded):
+        along = evaluations(run_path)
+        along.writes = main
         with hooks.phase("evaluation", start):
             first = along.begin(learners, start)
-        if first is not None:
+        if first is not None and run is not None:
             log(first)
     try:
         for iteration in bar:
@@ -204,9 +208,11 @@ def train(
                         samples = batch_samples(game, config.n_samples)
                         run.log_samples(iteration, samples)
                         hooks.on_samples(iteration, samples)
-                if along is not None and along.due(iteration):
-                    with hooks.phase("evaluation", iteration):
-                        log(along.after(iteration, learners))
+            if along is not None and along.due(iteration):
+                with hooks.phase("evaluation", iteration):
+                    evaluated = along.after(iteration, learners)
+                if run is not None:
+                    log(evaluated)
             if (iteration + 1) % config.checkpoint_every == 0 or iteration == config.iterations - 1:
                 with hooks.phase("checkpoint", iteration):
                     checkpoints.save(run_path, learners, game, iteration, processes)

@@ -9,7 +9,7 @@ from pathlib import Path
 from cory_env.checks import SettingError
 from cory_rl.agents.state_io import CheckpointError
 from cory_rl.train import allocator
-from cory_rl.train.build import build_game_and_learners, make_accelerator
+from cory_rl.train.build import build_game_and_learners, launched_with_fsdp, make_accelerator
 from cory_rl.train.checkpoint import checkpoint_updates
 from cory_rl.train.config import TrainConfig
 from cory_rl.train.distributed import Processes
@@ -34,10 +34,15 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
     check_run_path(run_path, resume=resume_dir is not None)
     accelerator = make_accelerator(config)
     processes = Processes(accelerator)
-    if processes.num > 1 and config.lora and config.game.n_agents > 1:
+    sharded = config.sharding == "fsdp2" or (
+        config.sharding == "auto" and launched_with_fsdp() is not None
+    )
+    if processes.num > 1 and config.lora and config.game.n_agents > 1 and not sharded:
         raise SettingError(
             "lora with several seats shares one base model between the agents, which "
-            "data-parallel training (DDP) cannot wrap; run it in one process or without lora"
+            "data-parallel training (DDP) cannot wrap; shard it (--sharding fsdp2, or "
+            "accelerate launch --config_file train/configs/fsdp2.yaml), run it in one "
+            "process, or train without lora"
         )
     if processes.num > 1 and config.rollout_engine != "none":
         raise SettingError(

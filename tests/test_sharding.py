@@ -1,0 +1,148 @@
+"""FSDP2 for every seat (agents/sharding.py): 2 CPU processes over gloo, the tiny model.
+
+A sharded update equals the one-process update; a killed and resumed 2-process run logs
+what one run straight through logs; export gathers weights that transformers alone loads;
+CORY, LoRA CORY and a critic-free learner each train under FSDP2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tests.conftest import read_jsonl, tiny_config
+from tests.sharding_worker import seeded_update
+
+ROOT = Path(__file__).resolve().parents[1]
+FSDP2 = ROOT / "train" / "configs" / "fsdp2.yaml"  # the config the README ships
+pytestmark = pytest.mark.slow
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def launch_command(script: Path, *args: str, config: Path = FSDP2) -> list[str]:
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
+            "--main_process_port", str(free_port()), str(script), *args]  # fmt: skip
+
+
+def environment() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def run(command: list[str], timeout: int = 600) -> None:
+    done = subprocess.run(command, env=environment(), cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+
+
+def train_command(config_file: Path, *flags: str) -> list[str]:
+    return launch_command(ROOT / "train" / "cory.py", "--config", str(config_file), *flags)
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_a_sharded_update_equals_the_one_process_update(tiny_model_dir, tmp_path, lora):
+    # CORY: two seats, each its own policy (full) or adapter on one shared base (LoRA).
+    # Score scaling off: its running std over both processes' (identical) batches counts
+    # twice the answers, a data-parallel difference, not a sharding one.
+    learner = {"max_grad_norm": 0.5, "mini_batch_size": 4, "gradient_accumulation_steps": 2,
+               "score_scaling": False}  # fmt: skip
+    config = tiny_config(tiny_model_dir, tmp_path / "run", batch_size=4, lora=lora, lora_r=4,
+                         learner=learner)  # fmt: skip
+    config_file = tmp_path / "config.yaml"
+    config.save(config_file)
+    run(launch_command(ROOT / "tests" / "sharding_worker.py", str(config_file),
+                       str(tmp_path / "fsdp2")))  # fmt: skip
+    seeded_update(str(config_file), tmp_path / "one")
+    sharded = json.loads((tmp_path / "fsdp2" / "stats.json").read_text())
+    one = json.loads((tmp_path / "one" / "stats.json").read_text())
+    assert all(sharded["sharded"].values()) and not any(one["sharded"].values())
+    for agent, stats in one["stats"].items():
+        assert sorted(sharded["stats"][agent]) == sorted(stats)
+        for key, value in stats.items():
+            assert sharded["stats"][agent][key] == pytest.approx(value, rel=1e-4, abs=1e-6), key
+        assert stats["ppo/grad_norm"] > 0 and one["moved"][agent] > 1e-4  # the update moved it
+        before = load_file(str(tmp_path / "one" / f"{agent}.safetensors"))
+        after = load_file(str(tmp_path / "fsdp2" / f"{agent}.safetensors"))
+        assert sorted(before) == sorted(after)
+        for name, tensor in before.items():
+            torch.testing.assert_close(after[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_a_killed_and_resumed_run_logs_what_a_run_straight_through_logs(tiny_model_dir, tmp_path):
+    config = tiny_config(tiny_model_dir, tmp_path / "straight", iterations=8, checkpoint_every=2,
+                         report_to=["none"])  # fmt: skip
+    straight = tmp_path / "straight.yaml"
+    config.save(straight)
+    run(train_command(straight))
+    config.run_dir = str(tmp_path / "killed")
+    killed = tmp_path / "killed.yaml"
+    config.save(killed)
+    process = subprocess.Popen(train_command(killed), env=environment(), cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)  # fmt: skip
+    marker = tmp_path / "killed" / "checkpoint" / "state.json"
+    deadline = time.monotonic() + 600
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)  # the launcher and both training processes
+    process.wait()
+    stopped_at = json.loads(marker.read_text())["iteration"]
+    assert stopped_at < config.iterations - 1, "the run finished before it could be killed"
+    run(launch_command(ROOT / "train" / "cory.py", "--resume", str(tmp_path / "killed")))
+    rows = [read_jsonl(tmp_path / name / "metrics.jsonl") for name in ("straight", "killed")]
+    assert [r["iteration"] for r in rows[1]] == [r["iteration"] for r in rows[0]]
+    for a, b in zip(*rows, strict=True):
+        for key, value in a.items():
+            if key.startswith(("time/", "memory/")) or not isinstance(value, float):
+                continue
+            assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (a["iteration"], key)
+    # export (one process) gathers nothing more: the checkpoint holds whole weights
+    from transformers import AutoModelForCausalLM
+
+    out = tmp_path / "export"
+    run([sys.executable, "train/export.py", str(tmp_path / "killed"), str(out)])
+    saved = load_file(str(tmp_path / "killed" / "checkpoint" / "llm_1" / "policy.safetensors"))
+    model = AutoModelForCausalLM.from_pretrained(out / "llm_1")
+    for name, tensor in model.state_dict().items():
+        torch.testing.assert_close(tensor, saved[f"lm.{name}"], rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "lora"), [("cory", True), ("grpo", False)], ids=["lora-cory", "grpo"]
+)
+def test_lora_cory_and_a_critic_free_learner_train_under_fsdp2(
+    tiny_model_dir, tmp_path, algorithm, lora
+):
+    overrides = {"lora": True, "lora_r": 4} if lora else {"group_size": 2}
+    config = tiny_config(tiny_model_dir, tmp_path / "run", algorithm=algorithm, iterations=2,
+                         eval_every=1, eval_queries=4, eval_samples=1, report_to=["none"],
+                         **overrides)  # fmt: skip
+    config_file = tmp_path / "config.yaml"
+    config.save(config_file)
+    run(train_command(config_file))
+    rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
+    trained = [r for r in rows if "games" in r]
+    assert [r["iteration"] for r in trained] == [0, 1]
+    assert trained[0]["games"] == 2 * config.batch_size
+    assert len(list((tmp_path / "run" / "evals").glob("updates_*.json*"))) == 3
+    if lora:  # each seat's adapter, as peft writes it: it loads with transformers and peft
+        from transformers import AutoModelForCausalLM
+
+        out = tmp_path / "export"
+        run([sys.executable, "train/export.py", str(tmp_path / "run"), str(out)])
+        model = AutoModelForCausalLM.from_pretrained(out / "llm_0")
+        assert any("lora_" in name for name, _ in model.named_parameters())
