@@ -146,3 +146,54 @@ def test_lora_cory_and_a_critic_free_learner_train_under_fsdp2(
         run([sys.executable, "train/export.py", str(tmp_path / "run"), str(out)])
         model = AutoModelForCausalLM.from_pretrained(out / "llm_0")
         assert any("lora_" in name for name, _ in model.named_parameters())
+
+
+def test_two_nodes_on_one_address_train_as_one_machine_with_two_processes(tiny_model_dir, tmp_path):
+    """The several-machine recipe (docs/scale.md), as two machines of one process each on
+    127.0.0.1: both finish, and they log what one machine with two processes logs (process
+    p plays the games of seed + p * stride wherever it runs)."""
+    config = tiny_config(tiny_model_dir, tmp_path / "one", iterations=2, report_to=["none"])
+    config.save(tmp_path / "one.yaml")
+    run(train_command(tmp_path / "one.yaml"))
+    config.run_dir = str(tmp_path / "two")
+    config.save(tmp_path / "two.yaml")
+    port = str(free_port())
+    nodes = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "accelerate.commands.launch",
+                "--config_file",
+                str(FSDP2),
+                "--num_machines",
+                "2",
+                "--machine_rank",
+                str(rank),
+                "--num_processes",
+                "2",
+                "--main_process_ip",
+                "127.0.0.1",
+                "--main_process_port",
+                port,
+                str(ROOT / "train" / "cory.py"),
+                "--config",
+                str(tmp_path / "two.yaml"),
+            ],
+            env=environment(),
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        for rank in (0, 1)
+    ]
+    for node in nodes:
+        _, errors = node.communicate(timeout=600)
+        assert node.returncode == 0, errors[-4000:]
+    rows = [read_jsonl(tmp_path / name / "metrics.jsonl") for name in ("one", "two")]
+    assert [r["iteration"] for r in rows[1]] == [0, 1] and rows[1][0]["games"] == 8
+    for a, b in zip(*rows, strict=True):
+        for key, value in a.items():
+            if isinstance(value, float) and not key.startswith(("time/", "memory/")):
+                assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (a["iteration"], key)
