@@ -195,6 +195,10 @@ class LLMLearner(Acting, EngineSeat, ReferenceAndKL, SavedState):
         """FSDP2 (``agents/sharding.py``): the pool sharded the policy; None = whole."""
         optimizer = make_adam(policy.trainable_parameters(), config.learning_rate)
         if self.sharding is None:
+            if self.accelerator.num_processes > 1:  # DDP reduces dense gradients only
+                for module in policy.modules():
+                    if isinstance(module, torch.nn.Embedding):
+                        module.sparse = False
             self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
         else:  # sharded already: DDP must not wrap it, and FSDP2 reduces the gradients
             self.policy, self.optimizer = policy, optimizer

@@ -87,3 +87,24 @@ def test_two_processes_train_one_model_on_both_processes_games(tiny_model_dir, t
     assert [r["iteration"] for r in rows] == [0, 1, 2]
     after = [json.loads((tmp_path / f"params_{p}.json").read_text()) for p in (0, 1)]
     assert after[0] == after[1] and after[0] != first[0]
+
+
+@pytest.mark.slow
+def test_a_model_with_tied_embeddings_trains_data_parallel(tmp_path):
+    """The embedded model ties its embedding to the LM head, whose gradient one process
+    takes as sparse rows; DDP reduces dense gradients only, so under DDP it stays dense."""
+    from tests.conftest import make_tiny_lm, make_tiny_tokenizer
+
+    tokenizer = make_tiny_tokenizer()
+    lm = make_tiny_lm(len(tokenizer))
+    lm.config.tie_word_embeddings = True
+    lm.tie_weights()
+    assert lm.get_input_embeddings().weight is lm.get_output_embeddings().weight
+    lm.save_pretrained(tmp_path / "tied")
+    tokenizer.save_pretrained(tmp_path / "tied")
+    config = tiny_config(str(tmp_path / "tied"), tmp_path / "run", iterations=1)
+    config_file = tmp_path / "config.yaml"
+    config.save(config_file)
+    launch(config_file, tmp_path, "train")
+    first = [json.loads((tmp_path / f"params_{p}.json").read_text()) for p in (0, 1)]
+    assert first[0] == first[1]
