@@ -14,7 +14,8 @@ from cory_env import BatchedTextGame, load_causal_lm, load_tokenizer, pad_token_
 from cory_env.checks import SettingError
 from cory_env.models import ModelNotFound, model_problem, resolve
 from cory_rl.agents.base import Learner
-from cory_rl.agents.engine import VLLMEngine, require_vllm
+from cory_rl.agents.engine import RolloutEngine, VLLMEngine, hf_weights, require_vllm
+from cory_rl.agents.engine_server import ServerError, VLLMServerEngine
 from cory_rl.agents.policy import ModelPool
 from cory_rl.agents.registry import Seat, build_learner
 from cory_rl.agents.sharding import Sharding
@@ -158,18 +159,22 @@ def attach_engines(
     seat_models: dict[str, str],
     tokenizers: dict[str, Any],
 ) -> None:
-    """One vLLM engine per base model, shared by the LLM seats that play it."""
-    try:
-        require_vllm()
-    except ImportError as err:
-        raise SettingError(str(err)) from None
-    engines: dict[str, VLLMEngine] = {}
+    """One vLLM engine per base model, shared by the LLM seats that play it: in this
+    process (``vllm_mode: colocate``) or a server's (``server``)."""
+    if config.vllm_mode == "colocate":
+        try:
+            require_vllm()
+        except ImportError as err:
+            raise SettingError(str(err)) from None
+    engines: dict[str, RolloutEngine] = {}
     seats = {agent: resolve(seat_models[agent]) for agent in learners}
     for agent, learner in learners.items():
         if not hasattr(learner, "attach_engine"):
             continue  # not an LLM learner: it acts as it does
         model = seats[agent]
-        if model not in engines:
+        if model not in engines and config.vllm_mode == "server":
+            engines[model] = server_engine(config, model, seat_models[agent], game, learner)
+        elif model not in engines:
             engines[model] = VLLMEngine(
                 model,
                 max_model_len=game.context_length + game.budget_high,
@@ -179,3 +184,34 @@ def attach_engines(
                 seats=list(seats.values()).count(model),
             )
         learner.attach_engine(engines[model], tokenizers[agent].eos_token_id)
+
+
+def server_engine(
+    config: TrainConfig, model: str, name: str, game: BatchedTextGame, learner: Any
+) -> VLLMServerEngine:
+    """The engine of a running ``vllm serve`` of ``model`` (the folder ``name`` resolves
+    to), its failures one line; one server serves one model."""
+    models = set(config.seat_models().values())
+    if len(models) > 1:
+        raise SettingError(
+            f"vllm_mode: 'server' serves one model; the seats play {sorted(models)}: give "
+            "them one model, or use vllm_mode colocate"
+        )
+    processes = Processes(learner.accelerator)
+    url = config.vllm_server_base_url or (
+        f"http://{config.vllm_server_host}:{config.vllm_server_port}"
+    )
+    try:
+        return VLLMServerEngine(
+            url,
+            model,
+            max_model_len=game.context_length + game.budget_high,
+            timeout=config.vllm_server_timeout,
+            lora_rank=config.lora_r if config.lora else None,
+            base_weights=partial(hf_weights, learner.model.lm),  # LoRA: the adapters' base
+            aliases=[name],
+            is_main=processes.is_main,
+            share=processes.broadcast,
+        )
+    except ServerError as err:
+        raise SettingError(f"vllm_mode server: {err}") from None

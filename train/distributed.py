@@ -32,6 +32,15 @@ class Processes:
         if self.num > 1:
             self.accelerator.wait_for_everyone()
 
+    def broadcast(self, value: Any) -> Any:
+        """The main process's ``value`` (a picklable object) on every process; every
+        process waits for it, so it is a barrier as well."""
+        if self.num == 1:
+            return value
+        from accelerate.utils import broadcast_object_list
+
+        return broadcast_object_list([value], from_process=0)[0]
+
     def gather(self, value: Any) -> list[Any]:
         """Every process's ``value`` (a JSON-able object), in process order."""
         if self.num == 1:

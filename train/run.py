@@ -44,10 +44,11 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
             "accelerate launch --config_file train/configs/fsdp2.yaml), run it in one "
             "process, or train without lora"
         )
-    if processes.num > 1 and config.rollout_engine != "none":
+    if processes.num > 1 and config.rollout_engine != "none" and config.vllm_mode != "server":
         raise SettingError(
             f"rollout_engine: {config.rollout_engine!r} runs its engine inside the one "
-            "training process; under accelerate launch use rollout_engine none"
+            "training process; under accelerate launch use vllm_mode server (a vllm serve "
+            "all processes share) or rollout_engine none"
         )
     if processes.num > 1 and config.run_dir is None and resume_dir is None:
         raise SettingError("several processes need one --run_dir (a time-stamped default "
