@@ -40,6 +40,8 @@ from typing import Any, Protocol
 
 import torch
 
+from cory_rl.agents.sharding import full_tensor, is_sharded
+
 
 @dataclass(frozen=True)
 class SamplingSettings:
@@ -208,7 +210,8 @@ def hf_weights(
 
     A peft model's adapted layers give ``base_layer.weight + scale * B @ A`` of that
     adapter, computed here without touching the model (peft's merge would write into the
-    shared base, which other seats use as their reference)."""
+    shared base, which other seats use as their reference). A sharded model's weights
+    come whole: every process must then take them, in this order."""
     adapted = {}
     for name, module in model.named_modules():
         if adapter is not None and hasattr(module, "base_layer") and hasattr(module, "lora_A"):
@@ -220,4 +223,4 @@ def hf_weights(
         if name in adapted:
             tensor = tensor + adapted[name].to(tensor.dtype)
         clean = name.replace("base_model.model.", "", 1).replace(".base_layer.", ".")
-        yield clean, tensor.detach()
+        yield clean, full_tensor(tensor) if is_sharded(tensor) else tensor.detach()

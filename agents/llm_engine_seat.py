@@ -16,6 +16,7 @@ from cory_rl.agents import engine_correction as ec
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents.engine import RolloutEngine, SamplingSettings, hf_weights
 from cory_rl.agents.rollout import Rollout, Turn, response_logits
+from cory_rl.agents.sharding import full_tensors
 
 
 class EngineSeat:
@@ -38,7 +39,7 @@ class EngineSeat:
 
         lm, name = self.model.lm, self.model.adapter
         folder.mkdir(parents=True, exist_ok=True)
-        state = get_peft_model_state_dict(lm, adapter_name=name)
+        state = full_tensors(get_peft_model_state_dict(lm, adapter_name=name))  # if sharded
         save_file(
             {k: v.contiguous() for k, v in state.items()}, folder / "adapter_model.safetensors"
         )

@@ -197,3 +197,34 @@ def test_two_nodes_on_one_address_train_as_one_machine_with_two_processes(tiny_m
         for key, value in a.items():
             if isinstance(value, float) and not key.startswith(("time/", "memory/")):
                 assert b[key] == pytest.approx(value, rel=1e-5, abs=1e-7), (a["iteration"], key)
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_sharded_seats_send_whole_weights_to_a_vllm_server(tiny_model_dir, tmp_path, lora):
+    """Two FSDP2 processes against a stand-in ``vllm serve``: every process gathers its
+    seat's weights (or adapter), the main one alone sends them, whole, once per version."""
+    from tests.test_engine_server_http import FakeServer
+
+    server = FakeServer(model=tiny_model_dir, max_model_len=128, lora_rank=4 if lora else None)
+    server.vocab = 40  # its answers count up through the tiny model's vocabulary
+    try:
+        port = int(server.url.rsplit(":", 1)[1])
+        config = tiny_config(tiny_model_dir, tmp_path / "run", iterations=2, report_to=["none"],
+                             rollout_engine="vllm", vllm_mode="server", vllm_server_port=port,
+                             lora=lora, lora_r=4)  # fmt: skip
+        config.save(tmp_path / "config.yaml")
+        run(train_command(tmp_path / "config.yaml"))
+    finally:
+        server.close()
+    from transformers import AutoModelForCausalLM
+
+    whole = AutoModelForCausalLM.from_pretrained(tiny_model_dir).state_dict()
+    paths = server.paths()
+    if lora:  # the base once, whole, then each seat's adapter per version (2 seats x 2 its)
+        assert len(server.reloaded) == 1 and paths.count("/v1/load_lora_adapter") == 4
+    else:  # each seat's whole weights, before each of its 2 turns
+        assert len(server.reloaded) == 4
+    for sent in server.reloaded:
+        for name, tensor in whole.items():
+            assert sent[name].shape == tensor.shape, name  # whole, not a process's shard
+    torch.testing.assert_close(server.reloaded[0]["model.norm.weight"], whole["model.norm.weight"])
