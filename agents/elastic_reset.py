@@ -174,7 +174,7 @@ class ElasticReset:
         tensors = {f"ema.{n}": t for n, t in self.ema.items()}
         tensors.update({f"initial.{n}": t for n, t in self.initial.items()})
         if self.sharding is not None:  # every process gathers, the main one writes
-            tensors = full_tensors(tensors)
+            tensors = full_tensors(tensors, keep=self.sharding.is_main)
             if not self.sharding.is_main:
                 return
         state_io.save_tensors(tensors, path / "elastic_reset.safetensors", writer)

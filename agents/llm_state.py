@@ -44,8 +44,9 @@ class SavedState:
         path = Path(path)
         policy, optimizer = self.model.policy_state_dict(), self.optimizer.state_dict()
         if self.sharding is not None:
-            policy, optimizer = full_tensors(policy), full_optimizer_state(optimizer)
-            if not self.sharding.is_main:
+            main = self.sharding.is_main
+            policy, optimizer = full_tensors(policy, main), full_optimizer_state(optimizer, main)
+            if not main:
                 return
         path.mkdir(parents=True, exist_ok=True)
         state_io.save_tensors(policy, path / "policy.safetensors", writer)

@@ -132,17 +132,24 @@ def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach().cpu()
 
 
-def full_tensors(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Every tensor of ``state`` whole, in key order (the same on every process)."""
+def full_tensors(state: Mapping[str, torch.Tensor], keep: bool = True) -> dict[str, torch.Tensor]:
+    """Every tensor of ``state`` whole, in key order (the same on every process).
+    ``keep=False``: take part in gathering them, one at a time, and keep none (a process
+    that writes nothing holds no whole copy)."""
+    if not keep:
+        for k in state:
+            full_tensor(state[k])
+        return {}
     return {k: full_tensor(state[k]) for k in state}
 
 
-def full_optimizer_state(state: dict[str, Any]) -> dict[str, Any]:
+def full_optimizer_state(state: dict[str, Any], keep: bool = True) -> dict[str, Any]:
     """An optimizer's ``state_dict()`` with its sharded moments whole: what the optimizer
-    of one process over the same parameters holds."""
+    of one process over the same parameters holds (``keep`` as :func:`full_tensors`)."""
     out = dict(state)
     out["state"] = {
-        index: {k: full_tensor(v) if torch.is_tensor(v) else v for k, v in sorted(moments.items())}
+        index: full_tensors({k: v for k, v in sorted(moments.items()) if torch.is_tensor(v)}, keep)
+        | {k: v for k, v in moments.items() if not torch.is_tensor(v)}
         for index, moments in sorted(state["state"].items())
     }
     return out
