@@ -41,6 +41,8 @@ SEAT = contextvars.ContextVar("seat", default="other")
 """The seat whose work runs now (set by each learner's probe)."""
 TRAFFIC: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
 """seat -> {"<op> bytes": ..., "<op> s": ...}"""
+IN_HOOK = contextvars.ContextVar("in_hook", default=False)
+"""Inside DDP's hook, which counts its all-reduce itself (it calls ``dist.all_reduce``)."""
 
 
 def record(op: str, nbytes: float, seconds: float) -> None:
@@ -76,6 +78,8 @@ def count_collectives() -> None:
             return
 
         def counted(*args: Any, **kwargs: Any) -> Any:
+            if IN_HOOK.get():
+                return original(*args, **kwargs)
             start = time.perf_counter()
             work = original(*args, **kwargs)
             record(op, size_of(*args, **kwargs), time.perf_counter() - start)
@@ -121,7 +125,11 @@ def count_ddp(learners: dict[str, Any]) -> None:
                 TRAFFIC[state]["all-reduce s"] += time.perf_counter() - start
                 return future.value()
 
-            return allreduce_hook(None, bucket).then(done)
+            token = IN_HOOK.set(True)
+            try:
+                return allreduce_hook(None, bucket).then(done)
+            finally:
+                IN_HOOK.reset(token)
 
         ddp.register_comm_hook(agent, hook)
 
@@ -141,15 +149,47 @@ class SeatProbe:
             SEAT.reset(token)
 
 
+def held_mb(learners: dict[str, Any]) -> dict[str, float]:
+    """What this process holds between updates: the weights (its shards, or whole copies)
+    of every policy, value head and reference, and the optimisers' moments; each storage
+    counted once (seats share a reference, LoRA seats a base)."""
+    import torch
+
+    from cory_rl.agents.sharding import is_sharded
+
+    seen: set[int] = set()
+
+    def size(tensors: Any) -> float:
+        total = 0
+        for tensor in tensors:
+            if not torch.is_tensor(tensor) or tensor.dim() == 0:
+                continue
+            storage = (tensor.to_local() if is_sharded(tensor) else tensor).untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                total += storage.nbytes()
+        return total / 2**20
+
+    weights = sum(size([*m.parameters(), *m.buffers()]) for learner in learners.values()
+                  for m in (learner.model, learner.reference.lm))  # fmt: skip
+    moments = sum(size(v for state in learner.optimizer.state.values() for v in state.values())
+                  for learner in learners.values())  # fmt: skip
+    return {"weights": weights, "optimizer": moments}
+
+
 def worker(args: argparse.Namespace) -> None:
     """One process of one launch: train, then write this process's figures."""
+    from cory_rl.train import allocator
+
+    allocator.relaunch("auto")  # the heap allocator training runs on (train/allocator.py)
+
     import torch
 
     from cory_rl.train.build import build_game_and_learners, make_accelerator
     from cory_rl.train.callbacks import Callback
     from cory_rl.train.distributed import Processes
     from cory_rl.train.loop import train
-    from cory_rl.train.memory import rss_peak_mb
+    from cory_rl.train.memory import reset_rss_peak, rss_peak_mb
     from cory_rl.train.settings import build_config
 
     count_collectives()
@@ -172,21 +212,29 @@ def worker(args: argparse.Namespace) -> None:
         count_ddp(learners)
     seconds: list[float] = []
 
+    phase_peaks: dict[str, float] = defaultdict(float)
+
     class Clock(Callback):
-        """Each iteration from its rollout to the end of its learning, on every process."""
+        """Each iteration from its rollout to the end of its learning, and each phase's peak
+        resident memory, on every process."""
 
         @contextlib.contextmanager
         def phase(self, name: str, iteration: int):  # noqa: ANN201
             start = time.perf_counter()
+            reset_rss_peak()
             yield
+            phase_peaks[name] = max(phase_peaks[name], rss_peak_mb())
             if name == "rollout":
                 self.began = start
             elif name == "learn":
                 seconds.append(time.perf_counter() - self.began)
 
+    reset_rss_peak()
     train(config, learners, game, Path(args.run_dir), False, processes, callbacks=[Clock()])
     figures = {
-        "mode": args.mode, "process": processes.index, "peak_rss_mb": rss_peak_mb(),
+        "mode": args.mode, "process": processes.index, "peak_rss_mb": max(phase_peaks.values()),
+        "phase_peak_mb": dict(phase_peaks), "held_mb": held_mb(learners),
+        "allocator": allocator.in_use(),
         "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available()
         else None,
         "traffic": {seat: dict(v) for seat, v in TRAFFIC.items()},
@@ -225,6 +273,12 @@ def launch(args: argparse.Namespace, mode: str, figures: Path, run_dir: Path) ->
         raise SystemExit(f"the {mode} launch failed:\n" + "\n".join(errors[-20:]))
 
 
+def commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    return done.stdout.strip()
+
+
 def mb(nbytes: float) -> str:
     return f"{nbytes / 2**20:.1f}"
 
@@ -236,13 +290,26 @@ def report(figures: Path, args: argparse.Namespace) -> dict[str, Any]:
     print(f"{args.algorithm}{' LoRA' if args.lora else ''}, {args.model}, {args.processes} "
           f"processes on {args.device} ({args.threads} thread(s) each), batch {args.batch_size} "
           f"per process, {args.iterations} iterations (the first a warm-up)")  # fmt: skip
-    print("\n| run | process | peak resident MB | CUDA peak MB | s / iteration |")
-    print("|---|---|---|---|---|")
+    print(f"\nheap allocator: {rows['fsdp2'][0]['allocator']}")
+    print("\n| run | process | weights held MB | optimiser moments MB | peak resident MB | "
+          "CUDA peak MB | s / iteration |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
     for mode, procs in rows.items():
         for r in procs:
             cuda = "" if r["cuda_peak_mb"] is None else f"{r['cuda_peak_mb']:.0f}"
             s = sum(r["s_per_iteration"]) / len(r["s_per_iteration"])
-            print(f"| {label[mode]} | {r['process']} | {r['peak_rss_mb']:.0f} | {cuda} | {s:.2f} |")
+            held = r["held_mb"]
+            print(
+                f"| {label[mode]} | {r['process']} | {held['weights']:.1f} | "
+                f"{held['optimizer']:.1f} | {r['peak_rss_mb']:.0f} | {cuda} | {s:.2f} |"
+            )
+    phases = list(rows["fsdp2"][0]["phase_peak_mb"])
+    print("\nPeak resident MB per phase, process 0:\n")
+    print("| run | " + " | ".join(phases) + " |")
+    print("|---|" + "---|" * len(phases))
+    for mode, procs in rows.items():
+        peaks = procs[0]["phase_peak_mb"]
+        print(f"| {label[mode]} | " + " | ".join(f"{peaks.get(n, 0):.0f}" for n in phases) + " |")
     print(
         "\n| run | seat | all-gathered MB | reduce-scattered MB | all-reduced MB | "
         "seconds in collectives |"
@@ -257,11 +324,17 @@ def report(figures: Path, args: argparse.Namespace) -> dict[str, Any]:
                   f"{mb(t.get('reduce-scatter bytes', 0))} | {mb(t.get('all-reduce bytes', 0))} "
                   f"| {secs:.2f} |")  # fmt: skip
     peak = {m: max(r["peak_rss_mb"] for r in procs) for m, procs in rows.items()}
+    held = {m: max(sum(r["held_mb"].values()) for r in procs) for m, procs in rows.items()}
     speed = {m: sum(sum(r["s_per_iteration"]) / len(r["s_per_iteration"]) for r in procs)
              / len(procs) for m, procs in rows.items()}  # fmt: skip
-    print(f"\nFSDP2 / DDP: peak resident memory per process {peak['fsdp2'] / peak['none']:.2f}x, "
+    ratio = {k: v["fsdp2"] / v["none"] for k, v in (("held", held), ("peak", peak))}
+    print(f"\nFSDP2 / DDP: weights and moments held per process {ratio['held']:.2f}x, "
+          f"peak resident memory per process {ratio['peak']:.2f}x, "
           f"seconds per iteration {speed['fsdp2'] / speed['none']:.2f}x")  # fmt: skip
-    return {"settings": vars(args), "runs": rows}
+    settings = {
+        k: v for k, v in vars(args).items() if k not in ("out", "figures", "run_dir", "worker")
+    }
+    return {"settings": settings, "commit": commit(), "runs": rows}
 
 
 def main() -> None:

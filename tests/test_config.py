@@ -165,6 +165,17 @@ def test_paper_imdb_is_the_official_scripts_configuration(algorithm, kl, scaled)
     assert settings.score_scaling is scaled and settings.score_norm is scaled
 
 
+@pytest.mark.parametrize(("algorithm", "kl", "scaled"), [("ppo", 0.3, False), ("cory", 0.4, True)])
+def test_cpu_paper_keeps_each_scripts_own_settings_at_a_cpu_batch(algorithm, kl, scaled):
+    config = build_config("cpu-paper", algorithm=algorithm)
+    settings = [s for _, s in config.seat_learners().values()][0]
+    assert config.game.max_new_tokens == [4, 16] and settings.repetition_penalty == 1.1
+    assert settings.init_kl_coef == kl
+    assert settings.score_scaling is scaled and settings.score_norm is scaled
+    # the official controller's step per iteration, batch / horizon, at batch 32
+    assert settings.adaptive_kl and config.batch_size / settings.kl_horizon == 256 / 10000
+
+
 def test_a_config_saved_under_the_old_section_names_loads_with_one_note(tmp_path, capsys):
     """``ppo:`` (every learner's shared settings) and ``learner_settings:`` (the rest), as
     configs saved before the ``learner`` section hold them, give the same config."""

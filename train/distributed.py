@@ -32,6 +32,17 @@ class Processes:
         if self.num > 1:
             self.accelerator.wait_for_everyone()
 
+    def close(self) -> None:
+        """Leave the process group together, once the run is done. A process that exits
+        with its group's threads still running is killed by C++ (``terminate called
+        without an active exception``), and its launcher then fails the whole run."""
+        if self.num > 1:
+            import torch.distributed as dist
+
+            self.wait()
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
     def broadcast(self, value: Any) -> Any:
         """The main process's ``value`` (a picklable object) on every process; every
         process waits for it, so it is a barrier as well."""

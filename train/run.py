@@ -77,6 +77,7 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
         run.log_summary(values, summary, config.iterations - 1)
         if trackers is not None:
             trackers.finish(values)
+    processes.close()
     return run
 
 
