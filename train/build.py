@@ -59,7 +59,13 @@ def make_sharding(config: TrainConfig, accelerator: Any) -> Sharding | None:
     # outside the main process, for FSDP1 to broadcast); the pool then shards them.
     os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "false"
     reshard = os.environ.get("FSDP_RESHARD_AFTER_FORWARD", "true").lower() != "false"
-    return Sharding(accelerator.device, reshard_after_forward=reshard)
+    sharding = Sharding(accelerator.device, reshard_after_forward=reshard)
+    if sharding.is_main:
+        print(
+            f"sharding: FSDP2 over {sharding.num_processes} processes, each holding its "
+            "shard of every seat's weights, gradients and Adam moments (docs/scale.md)"
+        )
+    return sharding
 
 
 def lora_config(config: TrainConfig) -> Any:
