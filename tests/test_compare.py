@@ -282,3 +282,36 @@ def test_a_point_no_evaluation_reports_is_refused_before_anything_is_written(tmp
     err = capsys.readouterr().err.strip().splitlines()
     assert "--point 'nobody' is not in these runs' evaluations; choose one of" in err[0]
     assert "'pioneer'" in err[0] and not (tmp_path / "out").exists()
+
+
+def test_an_answer_checked_task_gets_pass_at_k_along_training(tmp_path):
+    """Each evaluation along training's pass@k, per seed and mean ± std over seeds; a task
+    that is not answer-checked gets no such table."""
+    for seed, right_1 in ((0, 1), (1, 2)):  # samples that answer query 1 right, of 2
+        run = fake_run(tmp_path / f"ppo-{seed}", "ppo", seed, 0.1, [0.1, 0.2], 0.1)
+        (run / "evals").mkdir()
+        for updates, model in ((0, "reference"), (10, "trained")):
+            answers = fake_answers(model, 0.0, 0.5 * updates)
+            # after training query 0 is answered right by every sample, query 1 by right_1
+            pairs = zip(answers["query"], answers["sample"], strict=True)
+            answers["reward"] = [float(updates > 0 and (q == 0 or (q == 1 and s < right_1)))
+                                 for q, s in pairs]  # fmt: skip
+            _, summary = report.summarise(answers, checked=True)
+            (run / "evals" / f"updates_{updates:06d}.json").write_text(
+                json.dumps({"format": EVAL_FORMAT, "updates": updates, "summary": summary})
+            )
+    out = tmp_path / "out"
+    compare.compare([tmp_path], out)
+    rows = list(csv.DictReader((out / "pass_at_k.csv").open()))
+    trained = {r["seed"]: r for r in rows if r["updates"] == "10"}
+    # seed 0: queries 0 (2 of 2) and 1 (1 of 2) of 4 -> pass@1 (1 + 0.5) / 4, pass@2 2 / 4
+    assert float(trained["0"]["pass@1"]) == pytest.approx(0.375)
+    assert float(trained["0"]["pass@2"]) == pytest.approx(0.5)
+    assert float(trained["1"]["pass@1"]) == pytest.approx(0.5)
+    assert float(trained["0"]["kl"]) == pytest.approx(5.0)
+    table = (out / "pass_at_k.md").read_text()
+    assert "| ppo | 10 | 2 | 5.000 ± 0.000 | 0.438 ± 0.088 | 0.500 ± 0.000 |" in table
+    other = tmp_path / "other"
+    fake_run(other / "ppo-0", "ppo", 0, 0.1, [0.1], 0.1, evaluation=(0.3, 1.0))
+    compare.compare([other], tmp_path / "out2")
+    assert not (tmp_path / "out2" / "pass_at_k.md").exists()

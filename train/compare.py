@@ -21,7 +21,8 @@ Runs whose configs differ only in ``seed`` (and ``run_dir``) form one group. It 
   against reward, one line per seed), ``objective.png`` (``r - eta*KL`` against updates for
   each eta), and ``matched_kl.md``: each group's held-out reward at the same KL, read off
   each seed's trajectory (linear between evaluations), with intervals over seeds and a
-  Welch test against the baseline.
+  Welch test against the baseline; for an answer-checked task ``pass_at_k.md``: pass@k and
+  KL along training.
 
 Each figure's and table's numbers are written beside it as CSV.
 """
@@ -43,6 +44,7 @@ from cory_rl.train.comparison import (
     group_runs,
     load_run,
     matched_kl_rows,
+    pass_at_k_rows,
     pick_baseline,
     run_folders,
     summary_rows,
@@ -186,6 +188,38 @@ def write_matched_kl(
     return table_csv, table_md
 
 
+def write_pass_at_k(groups: list[Group], point: str, out: Path) -> tuple[Path, Path] | None:
+    """``pass_at_k.csv`` (per seed) and ``pass_at_k.md`` (mean ± std over seeds) along
+    training, for an answer-checked task; None for another task."""
+    rows = pass_at_k_rows(groups, point)
+    if not rows:
+        return None
+    ks = sorted({c for r in rows for c in r if c.startswith("pass@")}, key=lambda c: int(c[5:]))
+    table_csv, table_md = out / "pass_at_k.csv", out / "pass_at_k.md"
+    write_csv(table_csv, rows, ["group", "seed", "updates", "kl", *ks])
+    lines = [
+        f"pass@k and held-out KL at {point!r} along training, mean ± std over seeds (the "
+        "unbiased pass@k of each query's answers, averaged over queries).",
+        "",
+        "| group | updates | seeds | KL | " + " | ".join(ks) + " |",
+        "|---|---|---|---|" + "---|" * len(ks),
+    ]
+    cells: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        cells.setdefault((row["group"], row["updates"]), []).append(row)
+    for (label, updates), seeds in cells.items():
+
+        def text(name: str, seeds: list[dict[str, Any]] = seeds) -> str:
+            t = metrics.t_interval([r[name] for r in seeds if r.get(name) is not None])
+            return f"{t['mean']:.3f}" + ("" if t["std"] is None else f" ± {t['std']:.3f}")
+
+        lines.append(f"| {label} | {updates} | {len(seeds)} | {text('kl')} | "
+                     + " | ".join(text(k) for k in ks) + " |")  # fmt: skip
+    write_text(table_md, "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return table_csv, table_md
+
+
 def compare(
     paths: list[Path],
     out: Path | None = None,
@@ -219,6 +253,7 @@ def compare(
     written += plot_trajectories(groups, point, out)
     kls = at_kl if at_kl else default_kls(groups, point)
     written += write_matched_kl(groups, base_group, point, kls, out) or ()
+    written += write_pass_at_k(groups, point, out) or ()
     for group in groups:
         print(f"compare: {group.label}: {len(group.runs)} seed(s)")
     return written

@@ -16,6 +16,7 @@ from cory_rl.train import metrics, results
 from cory_rl.train.files import write_beside
 from cory_rl.train.run_folder import (
     EVAL_KEY,
+    evaluations_along,
     final_evaluation,
     load_run_config,
     read_evaluations,
@@ -311,6 +312,24 @@ def trajectory(run: Run, point: str, quantity: str = "reward") -> list[tuple[int
         if value is not None and kl is not None:
             out.append((int(row[EVAL_KEY]), float(kl), float(value)))
     return out
+
+
+def pass_at_k_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
+    """Per run and evaluation along training of an answer-checked task: the updates, the
+    held-out KL and pass@k at ``point`` for every k the evaluation reports."""
+    rows = []
+    for group in groups:
+        for run in group.runs:
+            for evaluation in evaluations_along(run.path):
+                for numbers in evaluation.get("summary", {}).values():
+                    cell = numbers.get(point) or {}
+                    if cell.get("pass@k"):
+                        rows.append({
+                            "group": group.label, "seed": run.config.get("seed"),
+                            "updates": evaluation["updates"], "kl": cell.get("kl"),
+                            **{f"pass@{k}": v for k, v in cell["pass@k"].items()},
+                        })  # fmt: skip
+    return rows
 
 
 def default_kls(groups: list[Group], point: str, count: int = 4) -> list[float]:

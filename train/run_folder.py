@@ -145,6 +145,14 @@ def base_evaluation(path: Path) -> dict[str, Any] | None:
     return json.loads(results.read_text(file)) if results.exists(file) else None
 
 
+def evaluations_along(path: Path) -> list[dict[str, Any]]:
+    """Every evaluation along training (``evals/``) of a run folder or its compact results,
+    by number of updates."""
+    names = {p.name.removesuffix(".gz") for p in (Path(path) / EVALS_DIR).glob("updates_*.json*")}
+    files = [Path(path) / EVALS_DIR / name for name in sorted(names)]
+    return [json.loads(results.read_text(file)) for file in files]
+
+
 def final_evaluation(path: Path) -> dict[str, Any] | None:
     """The run's last held-out evaluation: ``eval.json``, else the last of ``evals/`` (of a
     run folder or its compact results); None where there is none, or (with a note) where it
