@@ -284,20 +284,7 @@ class TrainConfig:
         checks.choice(self.device, "device", ("auto", "cpu", "cuda"))
         checks.choice(self.mixed_precision, "mixed_precision", ("no", "bf16"))
         checks.choice(self.sharding, "sharding", ("auto", "none", "fsdp2"))
-        checks.choice(self.rollout_engine, "rollout_engine", ("none", "vllm"))
-        checks.choice(self.vllm_mode, "vllm_mode", ("colocate", "server"))
-        if self.vllm_mode == "server" and self.rollout_engine != "vllm":
-            raise checks.SettingError(
-                "vllm_mode: 'server' takes effect with rollout_engine vllm; add "
-                "--rollout_engine vllm, or drop vllm_mode"
-            )
-        url = self.vllm_server_base_url
-        if url is not None and not str(url).startswith(("http://", "https://")):
-            raise checks.fail("vllm_server_base_url", "a URL such as http://host:8000", url)
-        checks.text(self.vllm_server_host, "vllm_server_host")
-        checks.integer(self.vllm_server_port, "vllm_server_port", minimum=1, maximum=65535)
-        checks.number(self.vllm_server_timeout, "vllm_server_timeout", minimum=0,
-                      exclusive_min=True, hint="seconds")  # fmt: skip
+        check_rollout_engine(self)
         checks.choice(self.allocator, "allocator", ALLOCATORS)
         checks.boolean(self.activation_checkpointing, "activation_checkpointing")
         checks.boolean(self.restart_on_exchange, "restart_on_exchange")
@@ -331,6 +318,24 @@ class TrainConfig:
 
     def save(self, path: Path) -> None:
         write_text(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def check_rollout_engine(config: TrainConfig) -> None:
+    """The rollout engine's settings: the engine, and where a server of it is."""
+    checks.choice(config.rollout_engine, "rollout_engine", ("none", "vllm"))
+    checks.choice(config.vllm_mode, "vllm_mode", ("colocate", "server"))
+    if config.vllm_mode == "server" and config.rollout_engine != "vllm":
+        raise checks.SettingError(
+            "vllm_mode: 'server' takes effect with rollout_engine vllm; add "
+            "--rollout_engine vllm, or drop vllm_mode"
+        )
+    url = config.vllm_server_base_url
+    if url is not None and not str(url).startswith(("http://", "https://")):
+        raise checks.fail("vllm_server_base_url", "a URL such as http://host:8000", url)
+    checks.text(config.vllm_server_host, "vllm_server_host")
+    checks.integer(config.vllm_server_port, "vllm_server_port", minimum=1, maximum=65535)
+    checks.number(config.vllm_server_timeout, "vllm_server_timeout", minimum=0,
+                  exclusive_min=True, hint="seconds")  # fmt: skip
 
 
 def check_learners(config: TrainConfig) -> None:
