@@ -21,10 +21,13 @@ from tests.test_ppo_agent import make_agents, target_task
 
 class CopyEngine:
     """Samples each answer from its own copy of the model, loaded from the learner's
-    weights whenever the learner's (owner, version) changes, as vLLM's engine does."""
+    weights whenever the learner's (owner, version) changes, as vLLM's engine does.
+    ``temperature`` other than 1: an engine whose policy differs from the learner's (which
+    samples at 1), reporting the log-probs of its tempered distribution."""
 
-    def __init__(self, lm: torch.nn.Module) -> None:
+    def __init__(self, lm: torch.nn.Module, temperature: float = 1.0) -> None:
         self.lm = copy.deepcopy(lm)
+        self.temperature = temperature
         self.held = None
         self.reloads = 0
         self.calls = 0
@@ -45,7 +48,7 @@ class CopyEngine:
             ids, lps = list(prompt), []
             for _ in range(budget):
                 logits = self.lm(torch.tensor([ids])).logits[0, -1]
-                lp = torch.log_softmax(logits.float(), -1)
+                lp = torch.log_softmax(logits.float() / self.temperature, -1)
                 token = int(torch.multinomial(lp.exp(), 1, generator=gen))
                 ids.append(token)
                 lps.append(float(lp[token]))

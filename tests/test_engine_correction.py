@@ -14,13 +14,13 @@ import cory_env
 from cory_env.checks import SettingError
 from cory_rl.agents import engine_correction as ec
 from cory_rl.agents import ppo_math as pm
-from cory_rl.agents.engine import Generation
 from cory_rl.agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
 from cory_rl.agents.policy import build_policies
 from cory_rl.agents.ppo import PPOAgent, PPOConfig
 from cory_rl.agents.reinforce import ReinforceAgent, ReinforceConfig
 from cory_rl.agents.rollout import concat_rollouts
 from cory_rl.train.loop import play_batch
+from tests.test_engine import CopyEngine
 from tests.test_ppo_agent import target_task
 
 # Learner minus engine log-probs whose ratios are, row 0: 1, 4, 0.5; row 1: 2, 1.25, padding.
@@ -125,38 +125,6 @@ def test_a_batch_without_the_engine_joins_one_with_it_at_ratio_one():
 # ---------------------------------------------------------------- an engine off the policy
 
 
-class TemperedEngine:
-    """Samples each answer from its own copy of the learner's model at ``temperature``
-    (the learner samples at 1), and reports the log-probs of that tempered distribution:
-    an engine whose policy differs from the learner's."""
-
-    def __init__(self, lm: torch.nn.Module, temperature: float) -> None:
-        self.lm, self.temperature, self.held = copy.deepcopy(lm), temperature, None
-
-    def hold(self, owner, version, weights) -> None:
-        if self.held != (id(owner), version):
-            self.lm.load_state_dict(dict(weights()))
-            self.held = (id(owner), version)
-
-    @torch.no_grad()
-    def generate(self, prompts, budgets, sampling, seeds, eos_token_id):
-        tokens, logprobs = [], []
-        for prompt, budget, seed in zip(prompts, budgets, seeds, strict=True):
-            gen = torch.Generator().manual_seed(seed)
-            ids, lps = list(prompt), []
-            for _ in range(budget):
-                logits = self.lm(torch.tensor([ids])).logits[0, -1].float()
-                lp = torch.log_softmax(logits / self.temperature, -1)
-                token = int(torch.multinomial(lp.exp(), 1, generator=gen))
-                ids.append(token)
-                lps.append(float(lp[token]))
-                if token == eos_token_id:
-                    break
-            tokens.append(ids[len(prompt) :])
-            logprobs.append(lps)
-        return Generation(tokens, logprobs)
-
-
 LEARNERS = {
     "ppo": (PPOAgent, PPOConfig, {}),
     "reinforce": (ReinforceAgent, ReinforceConfig, {}),
@@ -180,7 +148,7 @@ def learner_on_a_tempered_engine(name, tokenizer, lm, **settings):
     config = config_cls(learning_rate=1e-2, mini_batch_size=8, **settings)
     [policy], reference = build_policies(copy.deepcopy(lm), 1)
     agent = cls(policy, reference, config, tokenizer.pad_token_id, seed=0, **extra)
-    agent.attach_engine(TemperedEngine(lm, temperature=0.5), tokenizer.eos_token_id)
+    agent.attach_engine(CopyEngine(lm, temperature=0.5), tokenizer.eos_token_id)
     k = extra.get("group_size", 1)
     game = cory_env.batched_game(
         varied_task(tokenizer), batch_size=8, n_agents=1, tokenizer=tokenizer, group_size=k

@@ -14,7 +14,6 @@ import time
 import urllib.request
 
 import pytest
-import torch
 
 pytest.importorskip("vllm", reason="the vllm extra is not installed")
 pytestmark = pytest.mark.slow
@@ -96,32 +95,13 @@ def game_and_learner(request, server, tmp_path_factory):
     return build(tmp_path_factory, server, request.param)
 
 
-def answers(game, learner, engine) -> torch.Tensor:
-    from tests.test_engine_vllm import answers as played
-
-    return played(game, learner, engine)
-
-
 def test_greedy_server_answers_are_the_acting_path_s(game_and_learner):
-    game, learner = game_and_learner
-    engine = learner.engine
-    assert type(engine).__name__ == "VLLMServerEngine"
-    assert engine.adapters == (learner.model.adapter is not None)  # LoRA: adapter requests
-    by_engine, by_acting = answers(game, learner, engine), answers(game, learner, None)
-    assert (by_engine >= 0).sum() >= 20
-    torch.testing.assert_close(by_engine, by_acting, rtol=0, atol=0)
-    assert abs(learner.engine_stats()["engine/kl"]) < 1e-3
+    from tests.test_engine_vllm import greedy_answers_are_the_acting_path_s
+
+    greedy_answers_are_the_acting_path_s(*game_and_learner, "VLLMServerEngine")
 
 
 def test_an_update_changes_what_the_server_samples(game_and_learner):
-    game, learner = game_and_learner
-    engine = learner.engine
-    before = answers(game, learner, engine)
-    reloads = engine.reloads
-    for _ in range(3):  # a large learning rate: greedy answers move
-        answers(game, learner, engine)
-        learner.learn()
-    after = answers(game, learner, engine)
-    assert engine.reloads > reloads
-    assert not torch.equal(before, after), "the server still samples the old weights"
-    torch.testing.assert_close(after, answers(game, learner, None), rtol=0, atol=0)
+    from tests.test_engine_vllm import an_update_changes_what_it_samples
+
+    an_update_changes_what_it_samples(*game_and_learner)

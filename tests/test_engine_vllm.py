@@ -48,10 +48,11 @@ def answers(game, learner, engine) -> torch.Tensor:
     return torch.where(rollout.mask.bool(), rollout.tokens, -1)
 
 
-def test_greedy_engine_answers_are_the_acting_path_s(game_and_learner):
-    game, learner = game_and_learner
+def greedy_answers_are_the_acting_path_s(game, learner, kind: str) -> None:
+    """The engine (of class ``kind``) answers greedily as acting token by token does;
+    shared with the server's tests (tests/test_engine_server.py)."""
     engine = learner.engine
-    assert type(engine).__name__ == "VLLMEngine"
+    assert type(engine).__name__ == kind
     assert engine.adapters == (learner.model.adapter is not None)  # LoRA: adapter requests
     by_engine, by_acting = answers(game, learner, engine), answers(game, learner, None)
     assert (by_engine >= 0).sum() >= 20
@@ -59,8 +60,8 @@ def test_greedy_engine_answers_are_the_acting_path_s(game_and_learner):
     assert abs(learner.engine_stats()["engine/kl"]) < 1e-3
 
 
-def test_an_update_changes_what_the_engine_samples(game_and_learner):
-    game, learner = game_and_learner
+def an_update_changes_what_it_samples(game, learner) -> None:
+    """After updates the engine samples the new weights, never the old ones."""
     engine = learner.engine
     before = answers(game, learner, engine)
     reloads = engine.reloads
@@ -71,3 +72,11 @@ def test_an_update_changes_what_the_engine_samples(game_and_learner):
     assert engine.reloads > reloads
     assert not torch.equal(before, after), "the engine still samples the old weights"
     torch.testing.assert_close(after, answers(game, learner, None), rtol=0, atol=0)
+
+
+def test_greedy_engine_answers_are_the_acting_path_s(game_and_learner):
+    greedy_answers_are_the_acting_path_s(*game_and_learner, "VLLMEngine")
+
+
+def test_an_update_changes_what_the_engine_samples(game_and_learner):
+    an_update_changes_what_it_samples(*game_and_learner)

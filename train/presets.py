@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
+CPU_RUN: dict[str, Any] = {"batch_size": 32, "iterations": 60, "sample_every": 5,
+                           "checkpoint_every": 10}  # fmt: skip
+"""The length and batch of a run on 2 CPU cores (``cpu`` and ``cpu-paper``)."""
+CPU_UPDATE: dict[str, Any] = {"mini_batch_size": 32, "ppo_epochs": 4, "learning_rate": 1e-5}
+"""Their updates: 4 optimiser steps per batch, one per epoch, as the official scripts take
+(batch = mini-batch), at a learning rate whose updates are healthy at this batch."""
+
 PRESETS: dict[str, dict[str, Any]] = {
     # A few minutes on 2 CPU cores: proves the whole path end to end (README, CI).
     "smoke": {
@@ -38,15 +45,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # controller would move it by 0.06% an iteration), score scaling, the official
     # repetition penalty. Pilot figures: docs/study.md.
     "cpu": {
-        "batch_size": 32,
-        "iterations": 60,
+        **CPU_RUN,
         "max_new_tokens": [4, 12],
-        "sample_every": 5,
-        "checkpoint_every": 10,
         "learner": {
-            "mini_batch_size": 32,
-            "ppo_epochs": 4,
-            "learning_rate": 1e-5,
+            **CPU_UPDATE,
             "adaptive_kl": False,
             "init_kl_coef": 0.1,
             "score_scaling": True,
@@ -63,15 +65,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # adaptive controller's horizon scaled with the batch (10000 x 32 / 256), so that it
     # moves the coefficient as much per iteration as the official one does at 256.
     "cpu-paper": {
-        "batch_size": 32,
-        "iterations": 60,
+        **CPU_RUN,
         "max_new_tokens": [4, 16],
-        "sample_every": 5,
-        "checkpoint_every": 10,
         "learner": {
-            "mini_batch_size": 32,
-            "ppo_epochs": 4,
-            "learning_rate": 1e-5,
+            **CPU_UPDATE,
             "adaptive_kl": True,
             "kl_target": 6.0,
             "kl_horizon": 1250,
