@@ -300,9 +300,21 @@ def test_an_answer_checked_task_gets_pass_at_k_along_training(tmp_path):
             (run / "evals" / f"updates_{updates:06d}.json").write_text(
                 json.dumps({"format": EVAL_FORMAT, "updates": updates, "summary": summary})
             )
+    # a group whose evaluations reach a larger k (4 answers per query) than the other's
+    cory = fake_run(tmp_path / "cory-0", "cory", 0, 0.1, [0.1, 0.2], 0.1)
+    (cory / "evals").mkdir()
+    flat = (0.0,) * 4
+    answers = report.concat(fake_answers("trained", 1.0, 1.0, flat),
+                            fake_answers("trained", 0.0, 1.0, flat))  # fmt: skip
+    answers["sample"] = [s + 2 * (i >= 8) for i, s in enumerate(answers["sample"])]
+    _, summary = report.summarise(answers, checked=True)  # each query: 2 of 4 right
+    (cory / "evals" / "updates_000010.json").write_text(
+        json.dumps({"format": EVAL_FORMAT, "updates": 10, "summary": summary})
+    )
     out = tmp_path / "out"
-    compare.compare([tmp_path], out)
-    rows = list(csv.DictReader((out / "pass_at_k.csv").open()))
+    compare.compare([tmp_path], out, baseline="ppo")
+    assert "| cory | 10 | 1 | 1.000 | 0.500 | 0.833 | 1.000 |" in (out / "pass_at_k.md").read_text()
+    rows = [r for r in csv.DictReader((out / "pass_at_k.csv").open()) if r["group"] == "ppo"]
     trained = {r["seed"]: r for r in rows if r["updates"] == "10"}
     # seed 0: queries 0 (2 of 2) and 1 (1 of 2) of 4 -> pass@1 (1 + 0.5) / 4, pass@2 2 / 4
     assert float(trained["0"]["pass@1"]) == pytest.approx(0.375)
@@ -310,7 +322,7 @@ def test_an_answer_checked_task_gets_pass_at_k_along_training(tmp_path):
     assert float(trained["1"]["pass@1"]) == pytest.approx(0.5)
     assert float(trained["0"]["kl"]) == pytest.approx(5.0)
     table = (out / "pass_at_k.md").read_text()
-    assert "| ppo | 10 | 2 | 5.000 ± 0.000 | 0.438 ± 0.088 | 0.500 ± 0.000 |" in table
+    assert "| ppo | 10 | 2 | 5.000 ± 0.000 | 0.438 ± 0.088 | 0.500 ± 0.000 |  |" in table
     other = tmp_path / "other"
     fake_run(other / "ppo-0", "ppo", 0, 0.1, [0.1], 0.1, evaluation=(0.3, 1.0))
     compare.compare([other], tmp_path / "out2")

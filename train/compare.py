@@ -210,7 +210,10 @@ def write_pass_at_k(groups: list[Group], point: str, out: Path) -> tuple[Path, P
     for (label, updates), seeds in cells.items():
 
         def text(name: str, seeds: list[dict[str, Any]] = seeds) -> str:
-            t = metrics.t_interval([r[name] for r in seeds if r.get(name) is not None])
+            values = [r[name] for r in seeds if r.get(name) is not None]
+            if not values:  # a k this group's answers per query do not reach
+                return ""
+            t = metrics.t_interval(values)
             return f"{t['mean']:.3f}" + ("" if t["std"] is None else f" ± {t['std']:.3f}")
 
         lines.append(f"| {label} | {updates} | {len(seeds)} | {text('kl')} | "
