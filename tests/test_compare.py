@@ -327,3 +327,29 @@ def test_an_answer_checked_task_gets_pass_at_k_along_training(tmp_path):
     fake_run(other / "ppo-0", "ppo", 0, 0.1, [0.1], 0.1, evaluation=(0.3, 1.0))
     compare.compare([other], tmp_path / "out2")
     assert not (tmp_path / "out2" / "pass_at_k.md").exists()
+
+
+def test_pass_at_k_along_training_is_recomputed_per_agent_from_the_answers(tmp_path):
+    """An evaluation that keeps its answers gives pass@k per agent, averaged over agents,
+    whatever its summary says (summaries written before pooled every agent's answers)."""
+    run = fake_run(tmp_path / "cory-0", "cory", 0, 0.1, [0.1, 0.2], 0.1)
+    (run / "evals").mkdir()
+    flat = (0.0,) * 4
+    first, second = fake_answers("trained", 1.0, 1.0, flat), fake_answers("trained", 1.0, 1.0, flat)
+    second["agent"] = ["llm_1"] * len(second["agent"])
+    answers = report.concat(first, second)
+    # both agents answer alike: query 0 right by sample 0 only, the others never
+    answers["reward"] = [
+        float(q == 0 and s == 0) for q, s in zip(answers["query"], answers["sample"], strict=True)
+    ]
+    _, summary = report.summarise(answers, checked=True)
+    summary["trained"]["pioneer"]["pass@k"] = {"1": 0.0, "2": 0.0, "4": 0.0}  # stale
+    (run / "evals" / "updates_000010.json").write_text(json.dumps(
+        {"format": EVAL_FORMAT, "updates": 10, "summary": summary, "answers": answers}
+    ))  # fmt: skip
+    compare.compare([tmp_path], tmp_path / "out", baseline="cory")
+    (row,) = csv.DictReader((tmp_path / "out" / "pass_at_k.csv").open())
+    # each agent: query 0 pass@1 1/2, pass@2 1; queries 1-3 nothing -> 1/8 and 1/4
+    assert float(row["pass@1"]) == pytest.approx(0.125)
+    assert float(row["pass@2"]) == pytest.approx(0.25)
+    assert "pass@4" not in row or row["pass@4"] in ("", None)

@@ -230,6 +230,24 @@ def test_pass_at_k_of_a_cell_comes_from_its_queries():
     assert row["entropy"] is None and row["reward"]["mean"] == 0.625
 
 
+def test_pass_at_k_pooled_over_agents_averages_each_agents_pass_at_k():
+    """Two agents sharing sampling uniforms answer alike; pooling their 2 x 2 answers to a
+    query as n = 4 would read pass@2 1 - C(2,2)/C(4,2) = 5/6, not the agents' 1/2."""
+    answers = report.empty_answers()
+    for agent, rewards in (("llm_0", [1.0, 0, 1, 1]), ("llm_1", [1.0, 0, 0, 0])):
+        for i, reward in enumerate(rewards):
+            row = {"model": "trained", "agent": agent, "role": "pioneer", "query": i // 2,
+                   "sample": i % 2, "budget": 3, "reward": reward, "kl": 0.0,
+                   "entropy": None, "length": 3, "hit_budget": False, "text": "4"}  # fmt: skip
+            for column, value in row.items():
+                answers[column].append(value)
+    pooled = report.pass_at_k(answers, np.arange(8))
+    # llm_0: query 0 pass@1 1/2, pass@2 1; query 1 1 and 1 -> 0.75, 1.0
+    # llm_1: query 0 1/2 and 1; query 1 0 and 0 -> 0.25, 0.5; mean over the agents:
+    assert pooled == {"1": 0.5, "2": 0.75}
+    assert report.pass_at_k(answers, np.arange(4)) == {"1": 0.75, "2": 1.0}
+
+
 def test_paired_difference_is_matched_answer_by_answer_and_averaged_per_query():
     def table(model, rewards):
         answers = report.empty_answers()

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from cory_rl.train import metrics, results
+from cory_rl.train import eval_report, metrics, results
 from cory_rl.train.files import write_beside
 from cory_rl.train.run_folder import (
     EVAL_KEY,
@@ -314,6 +314,20 @@ def trajectory(run: Run, point: str, quantity: str = "reward") -> list[tuple[int
     return out
 
 
+def _pass_at_k(
+    evaluation: dict[str, Any], model: str, point: str, cell: dict[str, Any]
+) -> dict[str, float]:
+    """pass@k of one model at ``point`` recomputed from the evaluation's answers (so that
+    evaluations summarised before pass@k was per agent read the same); the summary's
+    where the answers are not kept."""
+    answers = evaluation.get("answers")
+    if not answers:
+        return cell["pass@k"]
+    role = None if point == "all" else point
+    rows = eval_report.rows_where(answers, model=model, role=role)
+    return eval_report.pass_at_k(answers, rows) if len(rows) else cell["pass@k"]
+
+
 def pass_at_k_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
     """Per run and evaluation along training of an answer-checked task: the updates, the
     held-out KL and pass@k at ``point`` for every k the evaluation reports."""
@@ -321,13 +335,14 @@ def pass_at_k_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
     for group in groups:
         for run in group.runs:
             for evaluation in evaluations_along(run.path):
-                for numbers in evaluation.get("summary", {}).values():
+                for model, numbers in evaluation.get("summary", {}).items():
                     cell = numbers.get(point) or {}
                     if cell.get("pass@k"):
                         rows.append({
                             "group": group.label, "seed": run.config.get("seed"),
                             "updates": evaluation["updates"], "kl": cell.get("kl"),
-                            **{f"pass@{k}": v for k, v in cell["pass@k"].items()},
+                            **{f"pass@{k}": v for k, v in
+                               _pass_at_k(evaluation, model, point, cell).items()},
                         })  # fmt: skip
     return rows
 

@@ -129,14 +129,23 @@ def cell_metrics(
     if base is not None:
         row["reward_minus_base"] = paired_difference(answers, rows, base, REFERENCE)
     if checked:
-        # Each query's answers (every sample, and every agent when pooled) are its n.
-        by_query: dict[Any, list[bool]] = {}
-        for q, r in zip(queries.tolist(), reward.tolist(), strict=True):
-            by_query.setdefault(q, []).append(r >= 1.0)
-        n = min(len(v) for v in by_query.values())
-        correct = np.array([v[:n] for v in by_query.values()], dtype=bool)
-        row["pass@k"] = {str(k): metrics.mean_pass_at_k(correct, k) for k in metrics.pass_ks(n)}
+        row["pass@k"] = pass_at_k(answers, rows)
     return row
+
+
+def pass_at_k(answers: dict[str, list[Any]], rows: np.ndarray) -> dict[str, float]:
+    """pass@k of answer-checked ``rows``: each agent's samples of a query are its n, and a
+    cell pooled over agents averages the agents' pass@k. Agents answer with the same
+    sampling uniforms (common random numbers), so their answers to one query are not
+    independent draws (identical for two copies of the base model) and pooling them as one
+    query's n would bias pass@k (k > 1) low."""
+    by_key: dict[tuple[Any, Any], list[bool]] = {}
+    for i in rows:
+        key = (answers["agent"][i], answers["query"][i])
+        by_key.setdefault(key, []).append(float(answers["reward"][i]) >= 1.0)
+    n = min(len(v) for v in by_key.values())
+    correct = np.array([v[:n] for v in by_key.values()], dtype=bool)
+    return {str(k): metrics.mean_pass_at_k(correct, k) for k in metrics.pass_ks(n)}
 
 
 def summarise(
