@@ -323,8 +323,7 @@ def _pass_at_k(
     answers = evaluation.get("answers")
     if not answers:
         return cell["pass@k"]
-    role = None if point == "all" else point
-    rows = eval_report.rows_where(answers, model=model, role=role)
+    rows = eval_report.point_rows(answers, model, point)
     return eval_report.pass_at_k(answers, rows) if len(rows) else cell["pass@k"]
 
 

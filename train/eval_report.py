@@ -58,6 +58,11 @@ def rows_where(answers: dict[str, list[Any]], **match: Any) -> np.ndarray:
     return np.flatnonzero(keep)
 
 
+def point_rows(answers: dict[str, list[Any]], model: str, point: str) -> np.ndarray:
+    """The rows of one summary point of ``model``: a role, or ``all`` of its answers."""
+    return rows_where(answers, model=model, role=None if point == "all" else point)
+
+
 def _column(answers: dict[str, list[Any]], column: str, rows: np.ndarray) -> np.ndarray | None:
     values = [answers[column][i] for i in rows]
     if any(v is None for v in values):
@@ -169,7 +174,7 @@ def summarise(
     for model in dict.fromkeys(m for m, _, _ in cells(answers)):
         roles = sorted({r for m, _, r in cells(answers) if m == model}, key=_role_key)
         for point in (*roles, "all"):
-            picked = rows_where(answers, model=model, role=None if point == "all" else point)
+            picked = point_rows(answers, model, point)
             paired = base if model != REFERENCE else None
             numbers = cell_metrics(answers, picked, etas, checked, paired)
             summary.setdefault(model, {})[point] = pooled_numbers(numbers)
