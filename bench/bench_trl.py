@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from cory_rl.train.callbacks import Callback
+
 LEARNERS = ("grpo", "rloo")
 TRL_BETA = {"grpo": 0.0, "rloo": 0.05}
 """TRL 1.16's default KL coefficients (``GRPOConfig.beta``, ``RLOOConfig.beta``)."""
@@ -263,8 +265,8 @@ class OurTokens:
         yield
 
 
-class OurSteps:
-    """A ``train.callbacks.Callback``: each iteration's seconds (rollout + learn), tokens, queries,
+class OurSteps(Callback):
+    """The loop's callback: each iteration's seconds (rollout + learn), tokens, queries,
     score and the process's peak memory after it."""
 
     def __init__(self, game: Any, group_size: int, tokens: OurTokens) -> None:

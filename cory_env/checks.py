@@ -14,8 +14,27 @@ from numbers import Integral, Real
 from typing import Any
 
 
-class SettingError(ValueError):
+class UserError(Exception):
+    """A mistake in what the user gave: a setting, a data file, a reward function or
+    server, a checkpoint. The message names it and says what to do, so a command prints it
+    as one line, without a traceback (the errors of the library's own code keep theirs)."""
+
+
+class SettingError(UserError, ValueError):
     """A setting has the wrong type or range; the message names it and the value."""
+
+
+class DataError(UserError, ValueError):
+    """A data file or data set that cannot be used; the message names it and the place."""
+
+
+class RewardError(UserError, RuntimeError):
+    """A reward function or server failed: it raised, could not be reached or loaded."""
+
+
+class RewardOutputError(UserError, ValueError):
+    """A reward function or server returned something other than one finite score per
+    answer."""
 
 
 def fail(name: str, what: str, value: Any, where: str = "", hint: str = "") -> SettingError:

@@ -13,6 +13,7 @@ from typing import Any
 
 from cory_env import checks
 from cory_env.answer_check import score_answers
+from cory_env.checks import RewardError, SettingError
 from cory_env.models import ensure_pad_token
 from cory_env.query import Query, RewardFn
 from cory_env.user_rewards import is_user_reward, user_reward
@@ -90,7 +91,7 @@ class ClassifierSentimentReward:
                 device=device,
             )
         except Exception as err:  # hub unreachable, bad path, bad config: all one story
-            raise RuntimeError(
+            raise RewardError(
                 f"could not load the sentiment classifier {self.model_name!r} ({err}). "
                 "Without a model hub, give a local model directory, or use the offline "
                 "default reward 'vader' (reward='vader')."
@@ -113,7 +114,7 @@ class ClassifierSentimentReward:
             if str(entry["label"]).lower() == wanted:
                 return float(entry["score"])
         names = [entry["label"] for entry in labels]
-        raise ValueError(
+        raise SettingError(
             f"classifier {self.model_name!r} has no label {self.positive_label!r}; its labels "
             f"are {names}. Pass positive_label= one of them."
         )
@@ -163,7 +164,7 @@ def make_reward(name_or_callable: str | RewardCallable, timeout_s: float = 60.0)
         return AnswerCheckReward()
     if isinstance(name, str) and "/" in name:
         return ClassifierSentimentReward(model=name)
-    raise ValueError(
+    raise SettingError(
         f"unknown reward {name!r}; use one of {list(REWARD_NAMES)}, module:function (your "
         "own batched function), http://HOST:PORT/PATH (a reward server), a Hugging Face "
         "classifier id or local path containing '/', or a callable "

@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from cory_env.checks import RewardError, RewardOutputError, SettingError
 from cory_env.query import Query
 
 FUNCTION_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
@@ -30,9 +31,15 @@ FUNCTION_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
 DEFAULT_TIMEOUT_S = 60.0
 
 
+ADDRESS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+"""Any ``scheme://``: a reward server's address (http and https are served)."""
+
+
 def is_user_reward(spec: Any) -> bool:
     """Whether ``spec`` names a user's function or a reward server (not a built-in name)."""
-    return isinstance(spec, str) and (is_url(spec) or FUNCTION_SPEC.fullmatch(spec) is not None)
+    return isinstance(spec, str) and (
+        ADDRESS.match(spec) is not None or FUNCTION_SPEC.fullmatch(spec) is not None
+    )
 
 
 def is_url(spec: str) -> bool:
@@ -41,7 +48,14 @@ def is_url(spec: str) -> bool:
 
 def user_reward(spec: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Callable[..., list[Any]]:
     """The reward ``spec`` names, as a batched ``reward_fn(queries, responses)``."""
-    return ServerReward(spec, timeout_s) if is_url(spec) else FunctionReward(spec)
+    address = ADDRESS.match(spec)
+    if address is not None and not is_url(spec):
+        raise SettingError(
+            f"reward {spec!r}: a reward server is reached over http:// or https://, not "
+            f"{address.group(1)}://; serve it over HTTP (docs/tasks.md) and give its "
+            "http://HOST:PORT/PATH"
+        )
+    return ServerReward(spec, timeout_s) if address is not None else FunctionReward(spec)
 
 
 def _texts(queries: Sequence[Query]) -> tuple[list[str], dict[str, list[str]]]:
@@ -63,7 +77,7 @@ class FunctionReward:
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as err:
-            raise ValueError(
+            raise SettingError(
                 f"reward {spec!r}: no module named {err.name!r} in the working folder "
                 f"({folder}) or the installed packages; run from the folder that holds "
                 f"{module_name.replace('.', '/')}.py, or install it"
@@ -73,13 +87,13 @@ class FunctionReward:
             public = sorted(
                 n for n, v in vars(module).items() if callable(v) and not n.startswith("_")
             )
-            raise ValueError(
+            raise SettingError(
                 f"reward {spec!r}: module {module_name!r} has no {attribute!r}; its functions "
                 f"are {public or 'none'}"
             )
         if not callable(fn):
             kind = type(fn).__name__
-            raise ValueError(f"reward {spec!r}: {attribute!r} is a {kind}, not a function")
+            raise SettingError(f"reward {spec!r}: {attribute!r} is a {kind}, not a function")
         self.fn = fn
         self.__qualname__ = spec  # how the task names it in messages
 
@@ -106,34 +120,34 @@ class ServerReward:
                 raw = answer.read()
         except urllib.error.HTTPError as err:
             detail = err.read()[:200].decode("utf-8", "replace")
-            raise RuntimeError(
+            raise RewardError(
                 f"reward server {self.url} answered HTTP {err.code} {err.reason}: {detail}"
             ) from None
         except TimeoutError:
-            raise RuntimeError(
+            raise RewardError(
                 f"reward server {self.url} did not answer within {self.timeout_s:g} s "
                 f"(a batch of {len(texts)}); raise task_settings' reward_timeout or speed it up"
             ) from None
         except urllib.error.URLError as err:
             if isinstance(err.reason, TimeoutError):
-                raise RuntimeError(
+                raise RewardError(
                     f"reward server {self.url} did not answer within {self.timeout_s:g} s; "
                     "raise task_settings' reward_timeout or speed it up"
                 ) from None
-            raise RuntimeError(
+            raise RewardError(
                 f"reward server {self.url} cannot be reached ({err.reason}); start it, or "
                 "check the host, port and path"
             ) from None
         try:
             data = json.loads(raw)
         except ValueError:
-            raise RuntimeError(
+            raise RewardOutputError(
                 f"reward server {self.url} answered with something that is not JSON: "
                 f'{raw[:80]!r}; it must answer a list of scores or {{"scores": [...]}}'
             ) from None
         scores = data.get("scores") if isinstance(data, dict) else data
         if not isinstance(scores, list):
-            raise RuntimeError(
+            raise RewardOutputError(
                 f"reward server {self.url} answered {str(data)[:80]}; it must answer a JSON "
                 'list of scores or {"scores": [...]}'
             )

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import cory_env
-from cory_env.checks import SettingError
+from cory_env.checks import RewardError, SettingError
 from cory_env.query import Query
 from cory_env.tasks.custom import template_prompt
 from tests.conftest import user_module
@@ -143,13 +143,12 @@ def test_a_reward_server(user_folder, server):
         task.score(task.queries[:2], ["ab", "abcd"])
 
 
-def test_a_reward_server_that_is_down(user_folder):
+def test_a_reward_server_that_is_down_is_found_when_the_task_is_made(user_folder):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    task = cory_env.make_task("custom", dataset="data.jsonl", reward=f"http://127.0.0.1:{port}/x")
-    with pytest.raises(Exception, match="cannot be reached .*start it, or check the host"):
-        task.score(task.queries[:1], ["a"])
+    with pytest.raises(RewardError, match="cannot be reached .*start it, or check the host"):
+        cory_env.make_task("custom", dataset="data.jsonl", reward=f"http://127.0.0.1:{port}/x")
 
 
 def test_trains_from_the_command_line(user_folder, tiny_model_dir):

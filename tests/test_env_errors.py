@@ -13,6 +13,7 @@ import torch
 
 import cory_env
 from cory_env import TaskFunctionError, batched_game, custom_task, text_game
+from cory_env.checks import RewardOutputError
 from cory_env.models import embedded_model_dir, ensure_pad_token, pad_token_id
 from cory_env.query import Query
 
@@ -99,9 +100,9 @@ def test_reward_function_of_the_wrong_form(returned, got) -> None:
 
     expected = r"one finite float per response \(a sequence of length 2\)"
     named = rf"task 'mine': reward function .*my_reward must return {expected}, got"
-    with pytest.raises(TypeError, match=named):
+    with pytest.raises(RewardOutputError, match=named):
         scored(my_reward)
-    with pytest.raises(TypeError, match=got):
+    with pytest.raises(RewardOutputError, match=got):
         scored(my_reward)
 
 
@@ -147,13 +148,13 @@ def test_reward_objects_and_partials_are_named() -> None:
         def __call__(self, queries, responses):
             return "no"
 
-    with pytest.raises(TypeError, match=r"reward function .*Judge must return"):
+    with pytest.raises(RewardOutputError, match=r"reward function .*Judge must return"):
         scored(Judge())
 
     def scaled(queries, responses, factor):
         return ["x"] * len(responses)
 
-    with pytest.raises(TypeError, match=r"reward function partial\(.*scaled\) must return"):
+    with pytest.raises(RewardOutputError, match=r"reward function partial\(.*scaled\) must return"):
         scored(functools.partial(scaled, factor=2))
 
 
@@ -162,7 +163,8 @@ def test_reward_errors_reach_the_game(tiny_tokenizer) -> None:
     env = text_game(task, max_new_tokens=1, tokenizer=tiny_tokenizer)
     env.reset(seed=0)
     env.step(3)
-    with pytest.raises(TypeError, match=r"task 'custom': reward function .*<lambda> must return"):
+    message = r"task 'custom': reward function .*<lambda> must return"
+    with pytest.raises(RewardOutputError, match=message):
         env.step(3)
 
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
+import mmap
+
 import pytest
 
 from cory_rl.train import memory
@@ -12,9 +13,15 @@ from tests.conftest import read_jsonl, tiny_config
 BLOCK_MB = 256
 
 
-def resident_block() -> np.ndarray:
-    """BLOCK_MB of memory, written so that it is resident."""
-    return np.ones(BLOCK_MB * 2**20 // 8)
+def resident_block() -> mmap.mmap:
+    """BLOCK_MB of memory of its own mapping, written so that it is resident. Its own
+    mapping, not the heap's: ``close()`` unmaps it, so it leaves the process at once,
+    whatever the allocator keeps (a heap may hold a freed block for reuse)."""
+    block = mmap.mmap(-1, BLOCK_MB * 2**20)
+    page = b"\1" * mmap.PAGESIZE
+    for _ in range(len(block) // mmap.PAGESIZE):
+        block.write(page)
+    return block
 
 
 @pytest.fixture
@@ -26,7 +33,7 @@ def resettable():
 def test_the_peak_restarts_from_what_is_resident_now(resettable):
     block = resident_block()
     high = memory.rss_peak_mb()
-    del block  # a large block goes back to the kernel when freed
+    block.close()
     assert memory.reset_rss_peak()
     assert memory.rss_peak_mb() < high - BLOCK_MB / 2
 
@@ -34,7 +41,7 @@ def test_the_peak_restarts_from_what_is_resident_now(resettable):
 def test_a_run_logs_its_own_peak_not_the_process_s(resettable, tiny_model_dir, tmp_path):
     block = resident_block()
     process_peak = memory.rss_peak_mb()
-    del block
+    block.close()
     run = run_training(tiny_config(tiny_model_dir, tmp_path / "run", iterations=2))
     peaks = [row["memory/peak_mb"] for row in read_jsonl(run.path / "metrics.jsonl")]
     assert peaks and max(peaks) < process_peak - BLOCK_MB / 2

@@ -66,7 +66,7 @@ def test_interrupted_sweep_skips_finished_resumes_broken_restarts_empty(
         assert [r["iteration"] for r in read_jsonl(out / name / "metrics.jsonl")] == [0, 1]
         assert read_jsonl(out / name / "metrics.jsonl")[0]["llm_0/objective/kl_coef"] == coef
     printed = capsys.readouterr().out
-    assert "finished, skipped" in printed and "resuming" in printed and "deleting" in printed
+    assert "finished, skipped" in printed and "resuming" in printed and "emptying" in printed
 
     # The same folders with another config are refused, not mixed into the sweep.
     with pytest.raises(SystemExit, match="differs in learner.learning_rate"):

@@ -86,18 +86,29 @@ def rows(approx_kls, clipfracs, agent="llm_0"):
 
 def test_the_health_warning_fires_on_an_unhealthy_run_only():
     # The study's first updates: approx_kl 3.6, clipfrac 0.59; then the pilot's 0.13 / 0.4.
-    sick = HealthWatch().add_all(rows([3.61, 0.13, 0.12, 0.01], [0.59, 0.4, 0.35, 0.1]))
+    sick = HealthWatch().add_all(rows([3.61, 0.13, 0.12, 0.01] * 3, [0.59, 0.4, 0.35, 0.1] * 3))
     assert sick.unhealthy() and sick.unhealthy_share == 0.75
     text = sick.warning()
     assert "75%" in text and "--learning_rate" in text and "--mini_batch_size" in text
     assert "--ppo_epochs" in text and "--batch_size" in text and "--target_kl" in text
-    well = HealthWatch().add_all(rows([0.01, 0.02, 0.3, 0.03], [0.05, 0.1, 0.15, 0.2]))
+    well = HealthWatch().add_all(rows([0.01, 0.02, 0.3, 0.03] * 3, [0.05, 0.1, 0.15, 0.2] * 3))
     assert well.unhealthy_share == 0.25 and not well.unhealthy() and well.warning() is None
     assert "approx_kl median 0.0250, clipfrac median 0.125" in well.summary()
     strict = HealthWatch(Band(approx_kl=0.015, clipfrac=0.2)).add_all(
-        rows([0.01, 0.02, 0.3, 0.03], [0.05, 0.1, 0.15, 0.2])
+        rows([0.01, 0.02, 0.3, 0.03] * 3, [0.05, 0.1, 0.15, 0.2] * 3)
     )
     assert strict.unhealthy()  # the band is a setting
+
+
+def test_too_few_updates_are_not_judged():
+    """A smoke run's three updates, one of them outside: no warning, whatever the share."""
+    few = HealthWatch().add_all(rows([0.3, 0.01, 0.01], [0.5, 0.1, 0.1]))
+    assert few.unhealthy_share > 0.25 and not few.judged
+    assert not few.unhealthy() and few.warning() is None
+    one_short = HealthWatch().add_all(
+        rows([0.3] * 12, [0.5] * 12) + rows([0.3] * 9, [0.5] * 9, agent="llm_1")
+    )
+    assert not one_short.judged  # every agent needs its own ten
 
 
 def test_health_reads_each_agent_and_skips_what_is_not_an_update():
@@ -118,17 +129,22 @@ def test_a_run_says_its_updates_were_unhealthy(tiny_model_dir, tmp_path, capsys)
     from cory_rl.train.run import run_training
     from tests.conftest import tiny_config
 
-    config = tiny_config(tiny_model_dir, tmp_path / "run", "ppo", batch_size=8, iterations=3,
-                         learner={"mini_batch_size": 4, "ppo_epochs": 4,
-                                  "learning_rate": 5e-2})  # fmt: skip
+    sick = {"mini_batch_size": 4, "ppo_epochs": 4, "learning_rate": 5e-2}
+    config = tiny_config(tiny_model_dir, tmp_path / "run", "ppo", batch_size=8, iterations=10,
+                         checkpoint_every=10, learner=sick)  # fmt: skip
     run_training(config)
     out = capsys.readouterr()
-    assert "outside the healthy band" in out.out
+    assert "outside the healthy band" in out.out and "warning:" in out.out
     assert "update health" in out.out and "llm_0    approx_kl median" in out.out
     config = tiny_config(tiny_model_dir, tmp_path / "calm", "ppo", batch_size=8, iterations=3,
                          learner={"mini_batch_size": 8, "ppo_epochs": 1,
                                   "learning_rate": 1e-7})  # fmt: skip
     run_training(config)
     out = capsys.readouterr()
-    assert "the updates stayed inside the healthy band" in out.out
+    assert "too few updates to judge their health" in out.out
     assert "outside the healthy band" not in out.out + out.err
+    config = tiny_config(tiny_model_dir, tmp_path / "short", "ppo", batch_size=8, iterations=3,
+                         learner=sick)  # fmt: skip
+    run_training(config)
+    out = capsys.readouterr()
+    assert "too few updates to judge their health" in out.out and "warning:" not in out.out

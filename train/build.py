@@ -10,9 +10,10 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import set_seed
 
-from cory_env import BatchedTextGame, load_causal_lm, load_tokenizer, pad_token_id
+from cory_env import BatchedTextGame, load_causal_lm, load_tokenizer, make_task, pad_token_id
 from cory_env.checks import SettingError
 from cory_env.models import ModelNotFound, model_problem, resolve
+from cory_env.tasks import task_needs_tokenizer
 from cory_rl.agents.base import Learner
 from cory_rl.agents.engine import RolloutEngine, VLLMEngine, hf_weights, require_vllm
 from cory_rl.agents.engine_server import ServerError, VLLMServerEngine
@@ -114,6 +115,9 @@ def build_game_and_learners(
     tokenised with its own model's tokenizer.
     """
     seat_models = check_models(config)
+    task = None
+    if not task_needs_tokenizer(config.task):  # the user's data and reward: checked first
+        task = make_task(config.task, **config.task_settings)
     set_seed(config.seed)
     accelerator = accelerator or make_accelerator(config)
     tokenizers = {}
@@ -122,7 +126,7 @@ def build_game_and_learners(
             tokenizers[agent] = load_tokenizer(model)
         except ModelNotFound as err:
             raise SettingError(f"{_model_setting(config, agent)}: {err}") from None
-    game = make_game(config, list(tokenizers.values()))
+    game = make_game(config, list(tokenizers.values()), task=task)
     adapters: dict[str, list[str]] = {}
     for agent, model in seat_models.items():
         adapters.setdefault(model, []).append(agent)

@@ -288,6 +288,12 @@ class TrainConfig:
         checks.choice(self.allocator, "allocator", ALLOCATORS)
         checks.boolean(self.activation_checkpointing, "activation_checkpointing")
         checks.boolean(self.restart_on_exchange, "restart_on_exchange")
+        if self.restart_on_exchange and self.game.n_agents < 2:
+            raise checks.SettingError(
+                f"restart_on_exchange restarts the learners when the seats exchange roles, and "
+                f"a {self.game.n_agents}-agent game never exchanges; set it false, or play "
+                "n_agents 2 or more"
+            )
         checks.boolean(self.lora, "lora")
         checks.boolean(self.load_in_4bit, "load_in_4bit")
         if self.load_in_4bit and (not self.lora or self.device == "cpu"):

@@ -8,12 +8,47 @@ process every method is the identity, so the single-process path is unchanged.
 
 from __future__ import annotations
 
+import ctypes
+import os
+import signal
+import sys
 from typing import Any
 
 import torch
 
 PROCESS_SEED_STRIDE = 100_003
 """Process p plays the games of seed ``seed + p * PROCESS_SEED_STRIDE``."""
+
+
+PR_SET_PDEATHSIG = 1
+"""Linux ``prctl`` option: the signal a process receives when its parent dies."""
+
+
+def launched_by_torchrun() -> bool:
+    """Whether this process is a worker that ``accelerate launch`` (torchrun) started."""
+    return "TORCHELASTIC_RUN_ID" in os.environ
+
+
+def die_with_launcher() -> bool:
+    """Make this worker die when its launcher dies; True where that is arranged.
+
+    torchrun starts each worker in a session of its own, so a kill of the launcher's
+    process group (Ctrl-\\, ``kill -9 -PGID``, a job scheduler) leaves the workers running:
+    they go on training and writing into the run folder, beside a resumed run. On Linux the
+    kernel can send a signal to a process when its parent exits (``PR_SET_PDEATHSIG``);
+    SIGKILL, so that nothing runs after the launcher is gone. Elsewhere nothing changes.
+    """
+    if not launched_by_torchrun() or sys.platform != "linux":
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() == 1:  # the launcher died before the call: it will never signal
+        os.kill(os.getpid(), signal.SIGKILL)
+    return True
 
 
 class Processes:

@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from cory_env.checks import SettingError
-from cory_rl.agents.state_io import CheckpointError
 from cory_rl.train import cross_play as xp
 from cory_rl.train import eval_report as report
 from cory_rl.train.algorithms import ALGORITHMS
 from cory_rl.train.arguments import ArgumentParser
+from cory_rl.train.errors import USER_ERRORS, one_line
 from cory_rl.train.evaluator import build_result, evaluate, write_eval
 from cory_rl.train.flags import flag_value
 from cory_rl.train.run_folder import load_run_config
@@ -75,8 +75,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             parser.error("--seats and --cross_play write into --out DIR; give one")
         try:
             return [_play_players(args)]
-        except (SettingError, FileNotFoundError, CheckpointError, ValueError) as err:
-            parser.error(str(err))
+        except (*USER_ERRORS, ValueError) as err:
+            parser.error(one_line(err).removeprefix("error: "))
     options = {
         "samples": args.samples, "batch_size": args.batch_size, "seed": args.seed,
         "max_queries": args.max_queries, "show": args.show,
@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             overrides = {"max_new_tokens": args.max_new_tokens} if args.max_new_tokens else {}
             results.append(evaluate(load_run_config(run, overrides), run, **options))
             write_eval(run, results[-1])
-    except (SettingError, FileNotFoundError, CheckpointError, ValueError) as err:
-        parser.error(str(err))
+    except (*USER_ERRORS, ValueError) as err:
+        parser.error(one_line(err).removeprefix("error: "))
     for result in results:
         print(report.to_markdown(result))
         for s in result["samples"].get("trained", result["samples"].get("reference", []))[:3]:

@@ -17,12 +17,11 @@ import json
 import shutil
 from pathlib import Path
 
-from cory_env.checks import SettingError
 from cory_rl.agents.base import Exportable
-from cory_rl.agents.state_io import CheckpointError
 from cory_rl.train import hub
 from cory_rl.train.arguments import ArgumentParser
 from cory_rl.train.checkpoint import load_json_state
+from cory_rl.train.errors import USER_ERRORS, one_line
 from cory_rl.train.model_card import model_card
 from cory_rl.train.run_folder import base_evaluation, final_evaluation, load_run_config
 from cory_rl.train.trained import build_trained
@@ -117,8 +116,8 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     try:
         return export_run(args.run_dir, args.out_dir, args.merge, args.overwrite,
                           args.push_to_hub, args.private)  # fmt: skip
-    except (SettingError, FileNotFoundError, FileExistsError, CheckpointError) as err:
-        parser.error(str(err))
+    except USER_ERRORS as err:
+        parser.error(one_line(err).removeprefix("error: "))
 
 
 if __name__ == "__main__":

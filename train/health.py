@@ -24,6 +24,9 @@ from cory_rl.train.run_folder import read_metrics
 
 UNHEALTHY_SHARE = 0.25
 """A run warns when more than this share of its updates is outside the band."""
+MIN_UPDATES = 10
+"""Updates per agent before the share means something: a smoke run's three (the first from
+the untouched model) would warn on one update's chance."""
 SETTINGS = (
     "a lower --learning_rate, a larger --mini_batch_size (with --batch_size), fewer "
     "--ppo_epochs, or --target_kl 0.02 (stop each update's epochs early)"
@@ -114,9 +117,15 @@ class HealthWatch:
         unhealthy = sum(h.unhealthy for h in self.agents.values())
         return unhealthy / self.updates if self.updates else 0.0
 
+    @property
+    def judged(self) -> bool:
+        """Every agent has made :data:`MIN_UPDATES` updates: enough to judge the run by."""
+        return bool(self.agents) and all(h.updates >= MIN_UPDATES for h in self.agents.values())
+
     def unhealthy(self) -> bool:
-        """More than :data:`UNHEALTHY_SHARE` of the agents' updates outside the band."""
-        return self.updates > 0 and self.unhealthy_share > UNHEALTHY_SHARE
+        """More than :data:`UNHEALTHY_SHARE` of the agents' updates outside the band, once
+        there are enough of them to judge (:attr:`judged`)."""
+        return self.judged and self.unhealthy_share > UNHEALTHY_SHARE
 
     def summary(self) -> str:
         """One line per agent: median approx_kl and clipfrac, the share outside the band."""

@@ -98,10 +98,6 @@ def iteration_metrics(
     return row
 
 
-HEALTH_AFTER = 3
-"""Iterations after which the loop says (once) that the updates so far are too large."""
-
-
 def train(
     config: TrainConfig,
     learners: dict[str, Learner],
@@ -197,7 +193,7 @@ def train(
             row = processes.mean_numbers(row)
             row["games"] = game.batch_size * processes.num
             health.add(row)
-            if not warned and iteration - start + 1 >= HEALTH_AFTER and health.unhealthy():
+            if not warned and health.unhealthy():  # once it has enough updates to judge
                 warned = True  # once, early enough to stop a run that cannot count
                 if main:
                     tqdm.write(f"{health.warning(so_far=True)}\n{health.summary()}")

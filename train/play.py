@@ -17,11 +17,10 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from cory_env.checks import SettingError
 from cory_env.query import Query
-from cory_rl.agents.state_io import CheckpointError
 from cory_rl.train.arguments import ArgumentParser, non_empty_text, number_at_least
 from cory_rl.train.build import build_game_and_learners
+from cory_rl.train.errors import USER_ERRORS, one_line
 from cory_rl.train.games import batch_samples, make_game, play_games
 from cory_rl.train.run_folder import load_run_config
 from cory_rl.train.settings import build_config
@@ -120,8 +119,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             if args.pioneer not in seats:
                 raise ValueError(f"--pioneer {args.pioneer}: the seats are {seats}")
         table = Table(*load_players(args.run_dir, args.model, args.task), args.pioneer)
-    except (SettingError, FileNotFoundError, CheckpointError, ValueError) as err:
-        parser.error(str(err))
+    except (*USER_ERRORS, ValueError) as err:
+        parser.error(one_line(err).removeprefix("error: "))
     played = []
     queries = args.query or _typed_queries()
     for query in queries:

@@ -7,18 +7,18 @@ import time
 from pathlib import Path
 
 from cory_env.checks import SettingError
-from cory_rl.agents.state_io import CheckpointError
 from cory_rl.train import allocator
 from cory_rl.train.build import build_game_and_learners, launched_with_fsdp, make_accelerator
 from cory_rl.train.checkpoint import checkpoint_updates
 from cory_rl.train.config import TrainConfig
-from cory_rl.train.distributed import Processes
+from cory_rl.train.distributed import Processes, die_with_launcher
+from cory_rl.train.errors import USER_ERRORS, one_line
 from cory_rl.train.eval_along import TrainingEvaluations
 from cory_rl.train.flags import parse_args
 from cory_rl.train.health import Band
 from cory_rl.train.loop import train
 from cory_rl.train.plots import plot_run
-from cory_rl.train.run_folder import RunDirectory, check_run_path
+from cory_rl.train.run_folder import RunDirectory, RunLock, check_run_path, clear_stale_run
 from cory_rl.train.run_summary import run_summary, summary_values
 from cory_rl.train.tracker_setup import prepare_trackers
 from cory_rl.train.trackers import Trackers
@@ -29,11 +29,41 @@ def default_run_dir(config: TrainConfig) -> Path:
 
 
 def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDirectory | None:
-    """Train a config; under ``accelerate launch`` each process calls this (see loop.train)."""
+    """Train a config; under ``accelerate launch`` each process calls this (see loop.train).
+
+    The main process holds the run folder's lock (:class:`RunLock`) until the run ends: at
+    once where the folder exists (a live run's folder is refused before anything loads),
+    else from when the run writes it. Nothing is written before the checks pass."""
+    die_with_launcher()
     run_path = Path(resume_dir or config.run_dir or default_run_dir(config))
-    check_run_path(run_path, resume=resume_dir is not None)
+    stale = check_run_path(run_path, resume=resume_dir is not None)
     accelerator = make_accelerator(config)
     processes = Processes(accelerator)
+    if processes.num > 1 and config.run_dir is None and resume_dir is None:
+        raise SettingError("several processes need one --run_dir (a time-stamped default "
+                           "could differ between them)")  # fmt: skip
+    locks: list[RunLock] = []
+    if processes.is_main and run_path.is_dir():
+        locks.append(RunLock(run_path))
+    try:
+        return _train_in(config, run_path, resume_dir, processes, accelerator, locks, stale)
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+def _train_in(
+    config: TrainConfig,
+    run_path: Path,
+    resume_dir: Path | None,
+    processes: Processes,
+    accelerator: object,
+    locks: list[RunLock],
+    stale: bool,
+) -> RunDirectory | None:
+    """The run, once its folder is known to take it (``locks``: the main process's lock of
+    the folder, taken here where it is new; ``stale``: the folder holds a run that stopped
+    before its first checkpoint, cleared once the models have loaded)."""
     sharded = config.sharding == "fsdp2" or (
         config.sharding == "auto" and launched_with_fsdp() is not None
     )
@@ -50,9 +80,6 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
             "training process; under accelerate launch use vllm_mode server (a vllm serve "
             "all processes share) or rollout_engine none"
         )
-    if processes.num > 1 and config.run_dir is None and resume_dir is None:
-        raise SettingError("several processes need one --run_dir (a time-stamped default "
-                           "could differ between them)")  # fmt: skip
     if resume_dir is not None:
         done = checkpoint_updates(run_path)
         if done >= config.iterations:
@@ -63,6 +90,12 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
         for note in prepare_trackers(config.report_to, run_path):
             print(note)
     game, learners = build_game_and_learners(config, accelerator)
+    if processes.is_main:
+        if not locks:
+            locks.append(RunLock(run_path))  # makes the folder
+        if stale:
+            clear_stale_run(run_path)
+    processes.wait()  # the others start once the folder is theirs
     trackers = Trackers(config, run_path) if processes.is_main else None
     run = train(
         config, learners, game, run_path, resume_dir is not None, processes,
@@ -89,13 +122,8 @@ def main(algorithm: str, argv: list[str] | None = None) -> RunDirectory | None:
     config, resume = parse_args(argv, algorithm=algorithm)
     if argv is None:
         allocator.relaunch(config.allocator, lean=config.activation_checkpointing)
+    die_with_launcher()
     try:
         return run_training(config, resume)
-    except (
-        FileExistsError,
-        FileNotFoundError,
-        NotADirectoryError,
-        CheckpointError,
-        SettingError,
-    ) as err:
-        raise SystemExit(f"error: {err}") from None
+    except USER_ERRORS as err:  # the run's last checkpoint, if any, is on disk
+        raise SystemExit(one_line(err)) from None

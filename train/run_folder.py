@@ -10,6 +10,7 @@ and ``eval.json`` (``train/evaluate.py``). Compact copies of its results
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -181,23 +182,66 @@ def has_checkpoint(run_path: Path) -> bool:
     return True
 
 
-def clear_run_folder(path: Path, again: str = "rerun the sweep") -> None:
-    """Delete a run folder that never reached a checkpoint; refuse one holding other files."""
+class RunFolderBusy(FileExistsError):
+    """Another run, still going, writes the folder."""
+
+
+class RunLock:
+    """One run writes a folder at a time: an exclusive ``flock`` on the folder itself, held
+    while the run lasts. The kernel releases it when the process ends, however it ends, so
+    a killed run never leaves a stale lock; a second run on a folder that a live run holds
+    (another terminal, a launcher's orphaned workers) is refused before it writes anything.
+    Where ``fcntl`` does not exist (Windows) there is no lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.fd: int | None = None
+        try:
+            import fcntl
+        except ImportError:
+            return
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise RunFolderBusy(
+                f"{path} is being written by a run that is still going (in another terminal, "
+                "or the processes of a launcher that was killed); wait for it to end or stop "
+                "it, then run this again"
+            ) from None
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)  # closing the descriptor releases the lock
+            self.fd = None
+
+
+def clear_run_folder(path: Path, again: str = "rerun the sweep", locked: bool = False) -> None:
+    """Empty a run folder that never reached a checkpoint (the folder itself stays, with
+    any lock on it); refuse one holding files that no run writes. ``locked``: the caller
+    holds the folder's :class:`RunLock` (a second one would wait on the first)."""
     foreign = sorted(p.name for p in path.iterdir() if p.name not in RUN_OUTPUTS)
     if foreign:
         raise FileExistsError(
             f"{path} has no checkpoint but holds files no run writes ({', '.join(foreign)}); "
             f"move them away or delete the folder, then {again}"
         )
-    shutil.rmtree(path)
+    if not locked:  # a live run's folder is refused, never emptied
+        RunLock(path).release()
+    for entry in path.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
-def check_run_path(run_path: Path, resume: bool) -> None:
-    """Refuse a folder that cannot take this run, before any model is loaded.
-
-    A folder whose run stopped before its first checkpoint holds nothing to resume: a new
-    run with the same ``--run_dir`` clears it and starts again there (files that no run
-    writes are never deleted: then the folder is refused)."""
+def check_run_path(run_path: Path, resume: bool) -> bool:
+    """Refuse a folder that cannot take this run, before any model is loaded; True when it
+    holds a run that stopped before its first checkpoint, which the new run clears
+    (:func:`clear_stale_run`). Only reads the folder."""
     run_path = Path(run_path)
     if run_path.exists() and not run_path.is_dir():
         raise NotADirectoryError(f"run_dir {run_path} is a file, not a folder; pick another path")
@@ -210,17 +254,24 @@ def check_run_path(run_path: Path, resume: bool) -> None:
                 "nothing to resume; run the same command without --resume (and with --run_dir "
                 f"{run_path}) to start it again in that folder"
             )
-        return
+        return False
     held = [name for name in RUN_FILES if (run_path / name).exists()]
     if not held:
-        return
+        return False
     if has_checkpoint(run_path):
         raise FileExistsError(
             f"{run_path} already holds a run ({', '.join(held)}); continue it with --resume "
             f"{run_path}, or pick a new --run_dir"
         )
+    return True
+
+
+def clear_stale_run(run_path: Path) -> None:
+    """Start again in a folder whose run stopped before its first checkpoint: it holds
+    nothing to resume (files that no run writes are never deleted: then it is refused).
+    The caller holds the folder's lock."""
     print(f"{run_path} holds a run that stopped before its first checkpoint; starting it again")
-    clear_run_folder(run_path, again="start the run again")
+    clear_run_folder(Path(run_path), again="start the run again", locked=True)
 
 
 def load_run_config(run_dir: Path, overrides: dict[str, Any] | None = None) -> TrainConfig:

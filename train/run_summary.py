@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cory_rl.train.health import Band, HealthWatch
+from cory_rl.train.health import MIN_UPDATES, UNHEALTHY_SHARE, Band, HealthWatch
 from cory_rl.train.run_folder import read_evaluations, read_metrics
 
 SHORT = 10
@@ -69,7 +69,20 @@ def run_summary(run_path: Path, band: Band | None = None) -> str:
         lines.append("  update health (per token, to the policy that acted):")
         lines.append(health.summary())
         warning = health.warning()
-        lines.append(f"  {warning}" if warning else "  the updates stayed inside the healthy band")
+        if warning:
+            lines.append(f"  {warning}")
+        elif not health.judged:
+            lines.append(
+                f"  too few updates to judge their health (it takes {MIN_UPDATES} per agent): "
+                "the counts above are for reading, not for changing settings"
+            )
+        elif health.unhealthy_share:
+            lines.append(
+                f"  {health.unhealthy_share:.0%} of the updates were outside the healthy band "
+                f"(a warning takes over {UNHEALTHY_SHARE:.0%})"
+            )
+        else:
+            lines.append("  the updates stayed inside the healthy band")
     numbers = summary_values(run_path, rows)
     lines.append(
         f"  {numbers['seconds_per_iteration']:.1f} s/iteration (after the first), "

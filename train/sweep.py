@@ -35,6 +35,7 @@ from cory_rl.train.algorithms import ALGORITHMS
 from cory_rl.train.arguments import ArgumentParser, number_at_least
 from cory_rl.train.checkpoint import find_checkpoint, load_json_state
 from cory_rl.train.config import TrainConfig
+from cory_rl.train.errors import USER_ERRORS, one_line
 from cory_rl.train.evaluator import evaluate_run
 from cory_rl.train.files import write_text
 from cory_rl.train.flags import parse_args
@@ -135,7 +136,7 @@ def run_point(point: GridPoint, out: Path, train_flags: list[str], preset: str |
         return "resumed"
     status = "new"
     if state == "no_checkpoint":
-        print(f"sweep: {point.name}: it stopped before its first checkpoint; deleting {path} "
+        print(f"sweep: {point.name}: it stopped before its first checkpoint; emptying {path} "
               "and starting it again")  # fmt: skip
         clear_run_folder(path)
         status = "restarted"
@@ -287,8 +288,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     try:
         runs = sweep(points, out, train_flags, args.preset, evaluate, args.results,
                      args.on_finish)  # fmt: skip
-    except (SettingError, FileExistsError, ValueError) as err:
-        raise SystemExit(f"error: {err}") from None
+    except (*USER_ERRORS, ValueError) as err:
+        raise SystemExit(one_line(err)) from None
     print(f"sweep: done; compare with: python train/compare.py {out}")
     return runs
 

@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 
-class TaskFunctionError(RuntimeError):
+class TaskFunctionError(checks.UserError, RuntimeError):
     """A task's reward or prompt function raised; the original error is the ``__cause__``."""
 
 
@@ -164,6 +164,8 @@ class Task:
         fn = callable_name(self.reward_fn)
         try:
             raw = self.reward_fn(queries, responses)
+        except checks.UserError:
+            raise  # it names its function or server already (a reward server down)
         except Exception as err:
             raise TaskFunctionError(
                 f"task {self.name!r}: reward function {fn} raised {type(err).__name__}: {err}"
@@ -172,17 +174,17 @@ class Task:
         expected = f"one finite float per response (a sequence of length {n})"
         scores = _as_floats(raw)
         if isinstance(scores, str):  # what was wrong
-            raise TypeError(
+            raise checks.RewardOutputError(
                 f"task {self.name!r}: reward function {fn} must return {expected}, got {scores}"
             )
         if len(scores) != n:
-            raise ValueError(
+            raise checks.RewardOutputError(
                 f"task {self.name!r}: reward function {fn} returned {len(scores)} scores for "
                 f"{n} responses; it must return {expected}"
             )
         for row, value in enumerate(scores):
             if not math.isfinite(value):
-                raise ValueError(
+                raise checks.RewardOutputError(
                     f"task {self.name!r}: reward function {fn} returned {value} for row {row} "
                     f"(response {responses[row]!r}); it must return {expected}"
                 )

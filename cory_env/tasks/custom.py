@@ -21,6 +21,7 @@ from cory_env import checks
 from cory_env.query import Query
 from cory_env.rewards import make_reward
 from cory_env.tasks.base import HeldOut, Task, select_count
+from cory_env.tasks.files import json_records, read_local_text
 from cory_env.tasks.registry import register_task
 
 NAME = "custom"
@@ -39,21 +40,21 @@ def load_rows(dataset: str, columns: Sequence[str]) -> list[dict[str, str]]:
     path = Path(dataset)
     builder = BUILDERS.get(path.suffix.lower())
     if builder is None:
-        raise ValueError(
+        raise checks.SettingError(
             f"{WHERE}: dataset {dataset!r} must be a local {'/'.join(BUILDERS)} file "
             "(the formats datasets reads without a hub)"
         )
     if not path.is_file():
         raise FileNotFoundError(f"{WHERE}: dataset {dataset!r} does not exist")
-    import datasets
-
-    try:
-        data = datasets.load_dataset(builder, data_files=str(path), split="train")
-    except Exception as err:  # a malformed file: one line that names it
-        raise ValueError(f"{WHERE}: datasets could not read {dataset!r}: {err}") from None
+    source = f"{WHERE}: {dataset!r}"
+    if builder == "json":  # our reader names the line of a malformed record
+        json_records(read_local_text(str(path), source), source)
+    elif not path.read_bytes().strip():
+        raise checks.DataError(f"{source} is empty")
+    data = _load_quietly(builder, path, source)
     missing = [c for c in columns if c not in data.column_names]
     if missing:
-        raise ValueError(
+        raise checks.DataError(
             f"{WHERE}: {dataset!r} has no column {missing[0]!r}; its columns are "
             f"{data.column_names} (set prompt_column / answer_column)"
         )
@@ -65,14 +66,36 @@ def load_rows(dataset: str, columns: Sequence[str]) -> list[dict[str, str]]:
                 row[column] = str(value)
         for column in columns:
             if not isinstance(row[column], str) or not row[column].strip():
-                raise ValueError(
+                raise checks.DataError(
                     f"{WHERE}: {dataset!r}, row {i}: {column!r} must be non-empty text, got "
                     f"{type(row[column]).__name__} {str(row[column])[:60]!r}"
                 )
         rows.append(row)
     if not rows:
-        raise ValueError(f"{WHERE}: {dataset!r} has no rows")
+        raise checks.DataError(f"{WHERE}: {dataset!r} has no rows")
     return rows
+
+
+def _load_quietly(builder: str, path: Path, source: str) -> Any:
+    """The file through ``datasets``, without its progress bars and log lines (a file of a
+    few rows), a failure in one line naming the file and the reason."""
+    import datasets
+
+    bars = datasets.is_progress_bar_enabled()
+    verbosity = datasets.logging.get_verbosity()
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    try:
+        return datasets.load_dataset(builder, data_files=str(path), split="train")
+    except Exception as err:  # a malformed file: its deepest reason, on one line
+        while err.__cause__ is not None:
+            err = err.__cause__
+        reason = " ".join(str(err).split()) or type(err).__name__
+        raise checks.DataError(f"{source}: datasets could not read it: {reason}") from None
+    finally:
+        datasets.logging.set_verbosity(verbosity)
+        if bars:
+            datasets.enable_progress_bars()
 
 
 def check_template(template: str) -> str:
@@ -158,11 +181,17 @@ def make_custom_task(
 
     columns = [prompt_column] + ([answer_column] if answer_column else [])
     rows = load_rows(dataset, columns)
+    if split != "all" and len(rows) < HELD_OUT_EVERY:
+        raise checks.DataError(
+            f"{WHERE}: {dataset!r} has {len(rows)} row(s); every {HELD_OUT_EVERY}th row is "
+            f"held out for evaluation, so it needs at least {HELD_OUT_EVERY}. Add rows, or "
+            "set split: all (nothing held out: evaluation then uses the training queries)"
+        )
     if split != "all":
         held_out = split == "test"
         rows = [r for i, r in enumerate(rows) if ((i + 1) % HELD_OUT_EVERY == 0) == held_out]
         if not rows:
-            raise ValueError(
+            raise checks.DataError(
                 f"{WHERE}: {dataset!r} has too few rows for a {split!r} split (every "
                 f"{HELD_OUT_EVERY}th row is held out); add rows or use split: all"
             )

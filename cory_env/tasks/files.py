@@ -42,12 +42,12 @@ def decode_text(data: bytes, source: str) -> str:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
-        raise ValueError(
+        raise checks.DataError(
             f"{source} is not UTF-8 text: byte 0x{data[err.start]:02x} on line {line} cannot "
             "be decoded; save the file as UTF-8"
         ) from None
     if not text.strip():
-        raise ValueError(f"{source} is empty")
+        raise checks.DataError(f"{source} is empty")
     return text
 
 
@@ -83,7 +83,7 @@ def json_records(text: str, source: str) -> list[Record]:
         try:
             items = json.loads(text)
         except json.JSONDecodeError as err:
-            raise ValueError(
+            raise checks.DataError(
                 f"{source}, line {err.lineno}: not valid JSON ({err.msg}, column {err.colno})"
             ) from None
         pairs = [(f"record {i}", item) for i, item in enumerate(items)]
@@ -95,7 +95,7 @@ def json_records(text: str, source: str) -> list[Record]:
             try:
                 item = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(
+                raise checks.DataError(
                     f"{source}, line {number}: not valid JSON ({err.msg}, column {err.colno}): "
                     f"{line.strip()[:80]!r}"
                 ) from None
@@ -103,25 +103,25 @@ def json_records(text: str, source: str) -> list[Record]:
     records = []
     for place, item in pairs:
         if not isinstance(item, dict):
-            raise ValueError(
+            raise checks.DataError(
                 f"{source}, {place}: expected a JSON object (a record with named fields), "
                 f"got {type(item).__name__} {str(item)[:60]!r}"
             )
         records.append(Record(place, item))
     if not records:
-        raise ValueError(f"{source} has no records")
+        raise checks.DataError(f"{source} has no records")
     return records
 
 
 def text_field(record: Record, name: str, source: str) -> str:
     """The string field ``name`` of a record; missing or non-text fields name the place."""
     if name not in record.data:
-        raise ValueError(
+        raise checks.DataError(
             f"{source}, {record.place} has no {name!r} field; its fields are {sorted(record.data)}"
         )
     value = record.data[name]
     if not isinstance(value, str):
-        raise ValueError(
+        raise checks.DataError(
             f"{source}, {record.place}: {name!r} must be text, got {type(value).__name__} "
             f"{str(value)[:60]!r}"
         )

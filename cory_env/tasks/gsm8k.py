@@ -66,7 +66,7 @@ def _load_records(dataset: str | None, split: str) -> tuple[str, Iterator[Record
 
         data = datasets.load_dataset(dataset, "main", split=split)
     except Exception as err:  # no hub, unknown config or split
-        raise RuntimeError(
+        raise checks.DataError(
             f"task 'gsm8k': could not load dataset {dataset!r} (split {split!r}): {err}. "
             + _OFFLINE_HINT
         ) from err
@@ -118,17 +118,17 @@ def make_gsm8k_task(
     queries = []
     for record in records:
         if not {"question", "answer"} <= set(record.data):
-            raise ValueError(
+            raise checks.DataError(
                 f"{source}, {record.place} needs 'question' and 'answer' fields; it has "
                 f"{sorted(record.data)}"
             )
         question = text_field(record, "question", source).strip()
         if not question:
-            raise ValueError(f"{source}, {record.place} has an empty question")
+            raise checks.DataError(f"{source}, {record.place} has an empty question")
         try:
             gold = gold_answer(text_field(record, "answer", source))
         except ValueError as err:
-            raise ValueError(f"{source}, {record.place}: {err}") from err
+            raise checks.DataError(f"{source}, {record.place}: {err}") from err
         queries.append(Query(text=question, answer=gold))
     count = select_count(name, len(queries), n_queries)
     return Task(

@@ -82,19 +82,19 @@ def _load_dataset_texts(dataset: str, split: str) -> list[str]:
         else:
             data = datasets.load_dataset(dataset, split=split)
     except Exception as err:  # no hub, bad split, unreadable file: one clear message
-        raise RuntimeError(
+        raise checks.DataError(
             f"task 'imdb': could not load dataset {dataset!r} (split {split!r}): {err}. "
             + _OFFLINE_HINT
         ) from err
     if "text" not in data.column_names:
-        raise ValueError(
+        raise checks.DataError(
             f"task 'imdb': dataset {dataset!r} has no 'text' column; its columns are "
             f"{data.column_names}"
         )
     texts = data["text"]
     for row, value in enumerate(texts):
         if not isinstance(value, str):
-            raise ValueError(
+            raise checks.DataError(
                 f"task 'imdb': dataset {dataset!r}, row {row}: 'text' must be text, got "
                 f"{type(value).__name__} {str(value)[:60]!r}"
             )
@@ -213,14 +213,14 @@ def make_imdb_task(
         raw = [t for t in loaded if len(t) > min_review_chars]
         if not raw:
             longest = max((len(t) for t in loaded), default=0)
-            raise ValueError(
+            raise checks.DataError(
                 f"{where}: no review of dataset {dataset!r} is longer than min_review_chars="
                 f"{min_review_chars} characters (the longest has {longest}); lower "
                 "min_review_chars (0 keeps every review)"
             )
     texts = [t for t in (" ".join(_BR.sub(" ", r).split()) for r in raw) if t]
     if not texts:
-        raise ValueError(f"{where}: dataset {dataset!r} has no non-empty texts")
+        raise checks.DataError(f"{where}: dataset {dataset!r} has no non-empty texts")
 
     rng = np.random.default_rng(seed)
     count = select_count(name, len(texts), n_queries)
