@@ -289,3 +289,31 @@ def test_each_task_declares_its_held_out_split(task, settings, held_out, changed
     assert split.held_out == held_out and split.note
     assert split.settings == {**settings, **changed}
     assert split.minus_training == (task == "arith")
+
+
+def test_reference_use_pairs_each_observer_answer_with_its_partner_s_pioneer_answer():
+    """Two queries x two samples, each agent in each role: the observer's pass@1 after a
+    right and after a wrong pioneer answer of the other agent, in the same game."""
+    answers = report.empty_answers()
+    games = [  # (pioneer agent, query, sample, pioneer right, observer right)
+        ("llm_0", 0, 0, True, True), ("llm_0", 0, 1, True, False),
+        ("llm_0", 1, 0, False, False), ("llm_0", 1, 1, False, True),
+        ("llm_1", 0, 0, True, True), ("llm_1", 0, 1, False, False),
+        ("llm_1", 1, 0, False, False), ("llm_1", 1, 1, False, False),
+    ]  # fmt: skip
+    for pioneer, query, sample, p_right, o_right in games:
+        observer = "llm_1" if pioneer == "llm_0" else "llm_0"
+        for agent, role, right in ((pioneer, "pioneer", p_right), (observer, "observer", o_right)):
+            row = {"model": report.TRAINED, "agent": agent, "role": role, "query": query,
+                   "sample": sample, "budget": 4, "reward": float(right), "kl": 0.0,
+                   "entropy": 1.0, "length": 2, "hit_budget": False, "text": "1"}  # fmt: skip
+            for column, value in row.items():
+                answers[column].append(value)
+    use = report.reference_use(answers, report.TRAINED)
+    # right pioneers: 3 games, observers right in 2; wrong: 5 games, observers right in 1
+    assert use == {"observer_given_right": 2 / 3, "observer_given_wrong": 1 / 5,
+                   "pioneer_right": 3, "pioneer_wrong": 5}  # fmt: skip
+    _, summary = report.summarise(answers, checked=True)
+    assert summary[report.TRAINED]["observer"]["observer_given_right"] == 2 / 3
+    _, unchecked = report.summarise(answers)
+    assert "observer_given_right" not in unchecked[report.TRAINED]["observer"]

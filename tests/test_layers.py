@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAIN_LAYERS: list[tuple[str, set[str]]] = [
     # lowest first; a module may import its own layer and the ones below
     ("leaves", {"arguments", "files", "memory", "allocator", "algorithms", "distributed", "hub",
-                "tracker_setup", "metrics", "presets", "callbacks", "eval_set", "errors"}),
+                "tracker_setup", "metrics", "presets", "callbacks", "eval_set", "errors",
+                "stopping"}),
     ("core", {"config", "settings", "results", "checkpoint", "run_folder", "games", "build",
               "trained"}),
     ("training", {"health", "loop", "trackers"}),

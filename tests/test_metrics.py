@@ -45,9 +45,31 @@ def test_repetitive_answers(text, repetitive):
     assert metrics.is_repetitive(text) is repetitive
 
 
+@pytest.mark.parametrize(
+    ("text", "tokens", "words"),
+    [
+        # the archive's short loop at KL 27.7: commas break the token n-grams
+        ("joy, love, joy, love", False, True),
+        ("love, love, love", False, True),  # one word three times, between commas
+        ("great great movie", False, True),  # 2 of 3 words: at least half
+        ("good movie", False, False),  # each word once
+        ("the cat the dog the end", False, True),  # "the" makes half of six words
+        ("the movie was the best", False, False),  # "the" twice in five: under half
+        ("I loved it, I loved it, I loved it", False, True),  # a trigram three times
+        ("!!!", True, False),  # no word at all
+        ("", False, False),
+    ],
+)
+def test_word_level_repetition_sees_short_loops(text, tokens, words):
+    assert metrics.is_repetitive(text) is tokens
+    assert metrics.is_word_repetitive(text) is words
+
+
 def test_repetition_share_and_hit_budget():
     assert metrics.repetition_share(["no no no", "fine", "ok ok ok ok", "a b"]) == 0.5
     assert metrics.repetition_share([]) == 0.0
+    assert metrics.word_repetition_share(["joy, love, joy, love", "fine", "a b", "x x"]) == 0.5
+    assert metrics.word_repetition_share([]) == 0.0
     # budget 3, EOS id 1: used 3 tokens without EOS / ended by EOS at 3 / stopped early
     hit = metrics.hit_budget(np.array([3, 3, 2]), 3, np.array([5, 1, 5]), eos_id=1)
     assert hit.tolist() == [True, False, False]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +123,17 @@ def test_a_results_folder_git_ignores_is_refused(tmp_path, monkeypatch, capsys):
         sweep.main(["--algorithms", "ppo", "--results", "docs/runs", "--out", "x"])
     assert "git ignores that folder" in capsys.readouterr().err
     assert sweep.git_ignores(tmp_path / "docs" / "results") is False
+
+
+def test_each_algorithm_takes_its_own_settings():
+    """--per_algorithm: each arm at its own learning rate, one grid, one command."""
+    rates = {"cory": {"learning_rate": 3e-5}, "ppo": {"learning_rate": 1e-5}}
+    points = sweep.make_grid(["ppo", "cory"], [0, 1], "init_kl_coef", ["0.01"], rates)
+    names = ["ppo-init_kl_coef_0.01-seed_0", "cory-init_kl_coef_0.01-seed_0"]
+    assert [p.name for p in points[:2]] == names
+    assert points[0].flags(Path("x"))[-2:] == ["--init_kl_coef=0.01", "--learning_rate=1e-05"]
+    assert points[1].flags(Path("x"))[-1] == "--learning_rate=3e-05"
+    with pytest.raises(ValueError, match="does not run"):
+        sweep.make_grid(["ppo"], [0], None, None, {"grpo": {"learning_rate": 1e-5}})
+    with pytest.raises(ValueError, match="the swept setting"):
+        sweep.make_grid(["ppo"], [0], "learning_rate", ["1e-5"], {"ppo": {"learning_rate": 1e-5}})

@@ -11,6 +11,7 @@ import pytest
 
 import cory_env
 from cory_env import batched_game, custom_task, register_task
+from cory_env.checks import SettingError
 from cory_env.rewards import AnswerCheckReward, ClassifierSentimentReward, VaderSentimentReward
 from cory_env.tasks import (
     Query,
@@ -638,3 +639,21 @@ def test_arith_shots_put_solved_examples_before_the_query() -> None:
 def test_arith_setting_errors(settings: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_task("arith", **settings)
+
+
+def test_the_equation_style_s_reference_observer_reads_as_the_official_gsm8k_one() -> None:
+    """observer_prompt reference: the pioneer's prompt is unchanged; the observer sees the
+    partner's answer on a labelled line before ``Answer:``, its solved examples in that
+    form (one with a wrong reference corrected), an answer's line breaks made spaces."""
+    bracket = make_task("arith", style="equation", shots=4)
+    task = make_task("arith", style="equation", shots=4, observer_prompt="reference")
+    query = task.queries[0]
+    assert task.prompt(0, query, []) == bracket.prompt(0, query, [])
+    prompt = task.prompt(1, query, ["9 \n4+"])
+    assert prompt.endswith(f"{query.text}=\nReference: 9 4+\nAnswer:")
+    assert prompt.count("Reference:") == 5 and "Reference: 12\nAnswer: 13\n" in prompt
+    assert "[" not in prompt
+    with pytest.raises(SettingError, match="observer_prompt 'reference' is a form of the"):
+        make_task("arith", observer_prompt="reference")  # the words style labels its own
+    with pytest.raises(SettingError, match="observer_prompt"):
+        make_task("arith", style="equation", observer_prompt="inline")

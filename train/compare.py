@@ -165,8 +165,8 @@ def write_matched_kl(
         "",
         "| KL | group | seeds | reward | 95% CI | difference | 95% CI (Welch) | p (Welch) | "
         f"p (Holm) | Hedges' g [95% CI] | distinct-2 (pooled {metrics.DISTINCT_POOL}) | "
-        "repetitive | entropy |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "repetitive (tokens) | repetitive (words) | entropy |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ci = "n/a" if r["ci_low"] is None else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"

@@ -300,7 +300,7 @@ def comparison_rows(groups: list[Group], baseline: Group, point: str) -> list[di
 
 
 # ----------------------------------------------------------------------------- trajectories
-COLLAPSE = ("distinct_2_pooled", "repetitive", "entropy")
+COLLAPSE = ("distinct_2_pooled", "repetitive", "repetitive_words", "entropy")
 """Collapse indicators compared at matched KL besides the reward."""
 
 
@@ -379,7 +379,8 @@ def matched_kl_rows(
         tests: dict[str, float | None] = {}
         for q in COLLAPSE:
             values = at(group, kl, q)
-            test = metrics.welch_test(values, base[q]) if group is not baseline else None
+            compared = group is not baseline and values and base[q]  # runs of older
+            test = metrics.welch_test(values, base[q]) if compared else None  # evals: none
             means[q] = float(np.mean(values)) if values else None
             tests[f"{q}_p"] = test["p"] if test else None
         return {**means, **tests}

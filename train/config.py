@@ -110,6 +110,18 @@ class TrainConfig:
     """Games per batch in evaluations (it does not change the evaluation set)."""
     eval_seed: int = 1234
     """Fixes each held-out answer's budget and sampling uniforms."""
+    early_stopping_metric: str = "pioneer/reward"
+    """The held-out number early stopping watches: ``<role or all>/<number>`` of the
+    evaluations along training (``eval/...`` in metrics.jsonl)."""
+    early_stopping_target: float | None = None
+    """End the run once that number reaches this (needs ``eval_every``); None = no target."""
+    early_stopping_patience: int | None = None
+    """End the run once this many evaluations in a row have not raised the number's best by
+    more than ``early_stopping_threshold`` (needs ``eval_every``); None = never."""
+    early_stopping_threshold: float = 0.0
+    """The rise an evaluation must make over the best before it to count as one."""
+    early_stopping_min_updates: int = 0
+    """No early stop before this many updates (a slow start is not a plateau)."""
     report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
     """Experiment trackers (``train/trackers.py``): tensorboard, wandb, mlflow, trackio, or
     none; a flag takes them comma-separated (``--report_to tensorboard,wandb``)."""
@@ -277,6 +289,20 @@ class TrainConfig:
             raise checks.fail("imports", "a list of module names", self.imports)
         checks.integer(self.eval_every, "eval_every", minimum=0, hint="0 = off")
         checks.integer(self.eval_seed, "eval_seed", minimum=0)
+        checks.text(self.early_stopping_metric, "early_stopping_metric",
+                    hint="<role or all>/<number>, e.g. pioneer/reward")  # fmt: skip
+        if self.early_stopping_target is not None:
+            checks.number(self.early_stopping_target, "early_stopping_target")
+        if self.early_stopping_patience is not None:
+            checks.integer(self.early_stopping_patience, "early_stopping_patience", minimum=1)
+        checks.number(self.early_stopping_threshold, "early_stopping_threshold", minimum=0)
+        checks.integer(self.early_stopping_min_updates, "early_stopping_min_updates", minimum=0)
+        stopping = self.early_stopping_target is not None or self.early_stopping_patience
+        if stopping and not self.eval_every:
+            raise checks.SettingError(
+                "early_stopping_target / early_stopping_patience watch the evaluations along "
+                "training, and eval_every is 0: set eval_every (e.g. 10), or drop them"
+            )
         if self.eval_queries is not None:
             checks.integer(self.eval_queries, "eval_queries", minimum=1)
         checks.integer(self.seed, "seed", minimum=0)

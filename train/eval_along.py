@@ -24,7 +24,9 @@ from cory_rl.train import eval_report as report
 from cory_rl.train.evaluator import Evaluator, build_result, write_eval
 from cory_rl.train.run_folder import EVAL_KEY, EVALS_DIR, eval_stem
 
-ROW_NUMBERS = ("reward", "kl", "distinct_2", "distinct_2_pooled", "repetitive", "entropy")
+ROW_NUMBERS = ("reward", "kl", "distinct_2", "distinct_2_pooled", "repetitive",
+               "repetitive_words", "entropy", "observer_given_right",
+               "observer_given_wrong")  # fmt: skip
 """The numbers of each role (and ``all``) that go into ``metrics.jsonl``."""
 
 

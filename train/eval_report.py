@@ -124,6 +124,7 @@ def cell_metrics(
         "reward_minus_base": None,
         "pass@k": None,
         "repetitive": metrics.repetition_share(texts),
+        "repetitive_words": metrics.word_repetition_share(texts),
         "hit_budget": float(np.mean([answers["hit_budget"][i] for i in rows])),
         "length": float(np.mean([answers["length"][i] for i in rows])),
         "entropy": float(entropy.mean()) if entropy is not None else None,
@@ -153,6 +154,33 @@ def pass_at_k(answers: dict[str, list[Any]], rows: np.ndarray) -> dict[str, floa
     return {str(k): metrics.mean_pass_at_k(correct, k) for k in metrics.pass_ks(n)}
 
 
+def reference_use(answers: dict[str, list[Any]], model: str) -> dict[str, Any] | None:
+    """Whether the observer uses its reference: its pass@1 after a right pioneer answer and
+    after a wrong one in the same game (the partner's answer to the same query and sample;
+    docs/evaluation.md). Two-agent games of an answer-checked task; None otherwise."""
+    rows = rows_where(answers, model=model)
+    agents = sorted({answers["agent"][i] for i in rows})
+    if len(agents) != 2 or "observer" not in {answers["role"][i] for i in rows}:
+        return None
+    pioneer = {(answers["agent"][i], answers["query"][i], answers["sample"][i]):
+               float(answers["reward"][i]) >= 1.0
+               for i in rows if answers["role"][i] == "pioneer"}  # fmt: skip
+    given: dict[bool, list[float]] = {True: [], False: []}
+    for i in rows:
+        if answers["role"][i] != "observer":
+            continue
+        partner = agents[1 - agents.index(answers["agent"][i])]
+        right = pioneer.get((partner, answers["query"][i], answers["sample"][i]))
+        if right is not None:
+            given[right].append(float(answers["reward"][i]) >= 1.0)
+    return {
+        "observer_given_right": float(np.mean(given[True])) if given[True] else None,
+        "observer_given_wrong": float(np.mean(given[False])) if given[False] else None,
+        "pioneer_right": len(given[True]),
+        "pioneer_wrong": len(given[False]),
+    }
+
+
 def summarise(
     answers: dict[str, list[Any]],
     etas: Sequence[float] = metrics.ETAS,
@@ -178,6 +206,9 @@ def summarise(
             paired = base if model != REFERENCE else None
             numbers = cell_metrics(answers, picked, etas, checked, paired)
             summary.setdefault(model, {})[point] = pooled_numbers(numbers)
+        use = reference_use(answers, model) if checked else None
+        if use is not None:
+            summary[model]["observer"].update(use)
     return rows, summary
 
 
@@ -191,6 +222,7 @@ def pooled_numbers(numbers: dict[str, Any]) -> dict[str, Any]:
         "distinct_2": numbers["distinct_2"],
         "distinct_2_pooled": numbers["distinct_2_pooled"],
         "repetitive": numbers["repetitive"],
+        "repetitive_words": numbers["repetitive_words"],
         "entropy": numbers["entropy"],
     }
     if numbers["kl"] is not None:
@@ -261,16 +293,26 @@ def to_markdown(result: dict[str, Any]) -> str:
             "distinct-1 (answer)", "distinct-2 (answer)",
             f"distinct-1 (pooled {metrics.DISTINCT_POOL})",
             f"distinct-2 (pooled {metrics.DISTINCT_POOL})",
-            "repetitive", "hit budget", "length", "entropy"]  # fmt: skip
+            "repetitive (tokens)", "repetitive (words)", "hit budget", "length",
+            "entropy"]  # fmt: skip
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         passes = r["pass@k"] or {}
         cells_ = [r["model"], r["agent"], r["role"], *(_num(passes.get(str(k))) for k in ks)]
         cells_ += [_num(r["distinct_1"]), _num(r["distinct_2"]),
                    _num(r["distinct_1_pooled"]), _num(r["distinct_2_pooled"]),
-                   _num(r["repetitive"]), _num(r["hit_budget"]), _num(r["length"], 1),
+                   _num(r["repetitive"]), _num(r.get("repetitive_words")),
+                   _num(r["hit_budget"]), _num(r["length"], 1),
                    _num(r["entropy"])]  # fmt: skip
         lines.append("| " + " | ".join(cells_) + " |")
+    for model, points in result["summary"].items():
+        observer = points.get("observer", {})
+        if "pioneer_right" in observer:
+            lines += ["", f"Reference use ({model}): the observer's pass@1 is "
+                      f"{_num(observer['observer_given_right'])} after a right pioneer answer "
+                      f"({observer['pioneer_right']} games) and "
+                      f"{_num(observer['observer_given_wrong'])} after a wrong one "
+                      f"({observer['pioneer_wrong']} games)."]  # fmt: skip
     if result.get("score_moe"):
         moe = ", ".join(f"{m} {v:.3f}" for m, v in result["score_moe"].items())
         lines += ["", f"MoE (per query the answer of higher value): reward {moe}."]

@@ -25,7 +25,8 @@ from cory_rl.train.distributed import Processes
 from cory_rl.train.games import batch_samples, play_games
 from cory_rl.train.health import Band, HealthWatch
 from cory_rl.train.memory import reset_rss_peak, rss_peak_mb
-from cory_rl.train.run_folder import RunDirectory
+from cory_rl.train.run_folder import RunDirectory, read_evaluations
+from cory_rl.train.stopping import EarlyStopping, write_marker
 
 
 def play_batch(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
@@ -98,6 +99,12 @@ def iteration_metrics(
     return row
 
 
+def evaluation_due(config: TrainConfig, iteration: int) -> bool:
+    """Whether an evaluation along training follows the update of ``iteration``."""
+    last = iteration == config.iterations - 1
+    return bool(config.eval_every) and (last or (iteration + 1) % config.eval_every == 0)
+
+
 def train(
     config: TrainConfig,
     learners: dict[str, Learner],
@@ -152,6 +159,10 @@ def train(
     along = None
     health = HealthWatch(Band(config.health_approx_kl, config.health_clipfrac))
     warned = False
+    stopping = EarlyStopping.of(config)
+    if stopping.enabled and main and start > 0:  # the evaluations before the checkpoint
+        for row in read_evaluations(run_path):
+            stopping.add(row)
 
     def log(row: dict[str, Any]) -> None:
         run.log_metrics(row)
@@ -204,12 +215,17 @@ def train(
                         samples = batch_samples(game, config.n_samples)
                         run.log_samples(iteration, samples)
                         hooks.on_samples(iteration, samples)
+            reason = None
             if along is not None and along.due(iteration):
                 with hooks.phase("evaluation", iteration):
                     evaluated = along.after(iteration, learners)
                 if run is not None:
                     log(evaluated)
-            if (iteration + 1) % config.checkpoint_every == 0 or iteration == config.iterations - 1:
+                    reason = stopping.add(evaluated)
+            if stopping.enabled and evaluation_due(config, iteration):
+                reason = processes.broadcast(reason)  # every process stops with the main one
+            last = iteration == config.iterations - 1 or reason is not None
+            if (iteration + 1) % config.checkpoint_every == 0 or last:
                 with hooks.phase("checkpoint", iteration):
                     checkpoints.save(run_path, learners, game, iteration, processes)
             kl_mean = row.get("kl_mean")
@@ -218,6 +234,11 @@ def train(
                 kl="n/a" if kl_mean is None else f"{kl_mean:.3f}",
                 s_it=f"{elapsed:.1f}",
             )
+            if reason is not None:
+                if main:
+                    write_marker(run_path, iteration + 1, reason)
+                    tqdm.write(f"early stopping: {reason}")
+                break
     finally:
         bar.close()
         with hooks.phase("final checkpoint write", config.iterations):

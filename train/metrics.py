@@ -12,6 +12,11 @@ functions turn them into the reported metrics, and each is checked by hand in
 * **repetitive answer**: some n-gram of 1 to 4 answer tokens occurs at least 3 times in a
   row (``great great great``, ``! ! !``, ``and the and the and the``). Its share over the
   answers is the repetition indicator of distribution collapse.
+* **word-repetitive answer**: the same in words alone (``\\w+``, lower-cased; punctuation
+  left out), where a short loop shows: one word makes at least half of the answer's words
+  (and occurs twice or more: ``joy, love, joy, love``), or a word n-gram of 1 to 4 words
+  occurs at least 3 times in a row. The token-level measure above misses the first kind
+  (its commas break the n-grams); both are reported.
 * **hit budget**: the answer used its whole token budget without ending in EOS.
 * **pass@k** (Chen et al. 2021): with n answers to a query of which c are correct, the
   unbiased estimator ``1 - C(n-c, k) / C(n, k)``, averaged over queries.
@@ -73,19 +78,45 @@ def distinct_n(texts: Iterable[str], n: int) -> float:
 
 def is_repetitive(text: str, max_n: int = 4, repeats: int = 3) -> bool:
     """Whether some n-gram (n = 1..max_n answer tokens) occurs ``repeats`` times in a row."""
-    tokens = answer_tokens(text)
-    for n in range(1, max_n + 1):
-        span = n * repeats
-        for start in range(len(tokens) - span + 1):
-            unit = tokens[start : start + n]
-            if all(tokens[start + r * n : start + (r + 1) * n] == unit for r in range(1, repeats)):
-                return True
-    return False
+    return has_run(answer_tokens(text), max_n, repeats)
 
 
 def repetition_share(texts: Sequence[str]) -> float:
     """The share of answers that are repetitive (:func:`is_repetitive`); 0.0 for none."""
     return float(np.mean([is_repetitive(t) for t in texts])) if len(texts) else 0.0
+
+
+_WORD = re.compile(r"\w+")
+
+
+def answer_words(text: str) -> list[str]:
+    """Lower-cased words, punctuation left out: the unit of word-level repetition."""
+    return _WORD.findall(text.lower())
+
+
+def has_run(units: Sequence[str], max_n: int = 4, repeats: int = 3) -> bool:
+    """Whether some n-gram of ``units`` (n = 1..max_n) occurs ``repeats`` times in a row."""
+    for n in range(1, max_n + 1):
+        for start in range(len(units) - n * repeats + 1):
+            unit = units[start : start + n]
+            if all(units[start + r * n : start + (r + 1) * n] == unit for r in range(1, repeats)):
+                return True
+    return False
+
+
+def is_word_repetitive(text: str) -> bool:
+    """One word makes at least half of the words (twice or more), or a word n-gram repeats
+    three times in a row (module doc)."""
+    words = answer_words(text)
+    if not words:
+        return False
+    top = max(words.count(w) for w in set(words))
+    return (top >= 2 and 2 * top >= len(words)) or has_run(words)
+
+
+def word_repetition_share(texts: Sequence[str]) -> float:
+    """The share of answers that are word-repetitive (:func:`is_word_repetitive`)."""
+    return float(np.mean([is_word_repetitive(t) for t in texts])) if len(texts) else 0.0
 
 
 def hit_budget(

@@ -22,6 +22,8 @@ from typing import Any
 from cory_rl.train.files import write_beside
 
 DONE = "done.json"
+STOPPED = "stopped.json"
+"""A run's early-stopping marker (``train/stopping.py``), copied with its results."""
 DROPPED = ("rows",)
 """Keys of an evaluation left out of its compact copy (recomputed from its answers)."""
 
@@ -71,6 +73,9 @@ def save_results(run_path: Path, dest: Path) -> Path:
         compact = compact_evaluation(json.loads(source.read_text()))
         _write_gzip(dest / name, json.dumps(compact))
         files.append(name)
+    if (run_path / STOPPED).is_file():  # the run ended by its early-stopping rule
+        shutil.copyfile(run_path / STOPPED, dest / STOPPED)
+        files.append(STOPPED)
     rows = [json.loads(line) for line in metrics.splitlines() if line.strip()]
     iterations = max((int(r["iteration"]) + 1 for r in rows), default=0)
     done = {"run": str(run_path), "iterations": iterations, "files": files}

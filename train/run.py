@@ -20,6 +20,7 @@ from cory_rl.train.loop import train
 from cory_rl.train.plots import plot_run
 from cory_rl.train.run_folder import RunDirectory, RunLock, check_run_path, clear_stale_run
 from cory_rl.train.run_summary import run_summary, summary_values
+from cory_rl.train.stopping import MARKER, stopped
 from cory_rl.train.tracker_setup import prepare_trackers
 from cory_rl.train.trackers import Trackers
 
@@ -80,6 +81,11 @@ def _train_in(
             "training process; under accelerate launch use vllm_mode server (a vllm serve "
             "all processes share) or rollout_engine none"
         )
+    if resume_dir is not None and (stop := stopped(run_path)) is not None:
+        print(f"nothing to do: {run_path} stopped by its early-stopping rule after "
+              f"{stop['updates']} updates ({stop['reason']}); to train on regardless, delete "
+              f"{run_path / MARKER} and resume")  # fmt: skip
+        return None
     if resume_dir is not None:
         done = checkpoint_updates(run_path)
         if done >= config.iterations:

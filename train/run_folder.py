@@ -24,7 +24,7 @@ from cory_rl.train.settings import build_config, load_config_file
 RUN_OUTPUTS = frozenset({
     "config.yaml", "metrics.jsonl", "samples.jsonl", "tensorboard", "curves.png",
     "checkpoint", "checkpoint.old", "checkpoint.tmp", "checkpoint.trash", "eval.json", "eval.md",
-    "evals",
+    "evals", "stopped.json",
 })  # fmt: skip
 """What a run writes into its folder; a folder holding anything else is never deleted."""
 

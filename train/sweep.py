@@ -44,6 +44,7 @@ from cory_rl.train.results import save_results, saved_iterations
 from cory_rl.train.run import run_training
 from cory_rl.train.run_folder import clear_run_folder, load_run_config
 from cory_rl.train.settings import all_learner_settings, parse_yaml
+from cory_rl.train.stopping import stopped
 
 SWEEP_FILE = "sweep.json"
 
@@ -57,6 +58,8 @@ class GridPoint:
     setting: str | None = None
     value: str | None = None
     """As typed on the command line (it names the folder; the config parses it)."""
+    extra: tuple[str, ...] = ()
+    """Training flags of this algorithm only (``--per_algorithm``)."""
 
     @property
     def name(self) -> str:
@@ -68,21 +71,43 @@ class GridPoint:
         flags = ["--algorithm", self.algorithm, "--seed", str(self.seed), "--run_dir", str(run_dir)]
         if self.setting is not None:
             flags += [f"--{self.setting}={self.value}"]
-        return flags
+        return flags + list(self.extra)
 
 
 def make_grid(
-    algorithms: list[str], seeds: list[int], setting: str | None, values: list[str] | None
+    algorithms: list[str],
+    seeds: list[int],
+    setting: str | None,
+    values: list[str] | None,
+    per_algorithm: dict[str, dict[str, Any]] | None = None,
 ) -> list[GridPoint]:
-    """Seeds outermost, then the setting's values, then the algorithms."""
+    """Seeds outermost, then the setting's values, then the algorithms. ``per_algorithm``:
+    settings of one algorithm's runs only (each arm at its own learning rate)."""
     if (setting is None) != (not values):
         raise ValueError("--setting and --values go together: name a setting and its values")
+    per_algorithm = per_algorithm or {}
+    unknown = sorted(set(per_algorithm) - set(algorithms))
+    if unknown:
+        raise ValueError(f"--per_algorithm names {unknown}, which --algorithms does not run")
+    if setting is not None and any(setting in s for s in per_algorithm.values()):
+        raise ValueError(f"--per_algorithm sets {setting}, the swept setting")
+    extra = {
+        algorithm: tuple(f"--{k}={_flag_value(v)}" for k, v in settings.items())
+        for algorithm, settings in per_algorithm.items()
+    }
     return [
-        GridPoint(algorithm, seed, setting, value)
+        GridPoint(algorithm, seed, setting, value, extra.get(algorithm, ()))
         for seed in seeds
         for value in (values or [None])
         for algorithm in algorithms
     ]
+
+
+def _flag_value(value: Any) -> str:
+    """A setting's value as a flag takes it: numbers and text as typed, the rest as YAML."""
+    if isinstance(value, (dict, list)):
+        return yaml.safe_dump(value, default_flow_style=True).strip()
+    return str(value)
 
 
 def run_state(path: Path, iterations: int) -> str:
@@ -94,7 +119,7 @@ def run_state(path: Path, iterations: int) -> str:
     except FileNotFoundError:
         return "no_checkpoint"
     done = int(load_json_state(folder)["iteration"])
-    return "finished" if done >= iterations - 1 else "broken"
+    return "finished" if done >= iterations - 1 or stopped(path) else "broken"
 
 
 def _comparable(values: dict[str, Any]) -> dict[str, Any]:
@@ -160,7 +185,7 @@ def committed(point: GridPoint, train_flags: list[str], preset: str | None,
     flags = [*(["--preset", preset] if preset else []), *train_flags, *point.flags(dest)]
     wanted, _ = parse_args(flags, point.algorithm)
     check_same_config(dest, wanted)
-    return saved >= wanted.iterations
+    return saved >= wanted.iterations or stopped(dest) is not None
 
 
 def after_run(command: str, point: GridPoint, results_dir: Path | None) -> None:
@@ -247,6 +272,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--seeds", nargs="+", type=number_at_least(0, integer=True), default=[0])
     parser.add_argument("--setting", help="the setting to vary, e.g. init_kl_coef or lam")
     parser.add_argument("--values", nargs="+", help="its values, as typed on the command line")
+    parser.add_argument(
+        "--per_algorithm", metavar="YAML", type=parse_yaml, default=None,
+        help="settings of one algorithm's runs only, e.g. \"{ppo: {learning_rate: 1e-5}, "
+        "cory: {learning_rate: 3e-5}}\" (each arm at its own tuned rate)",
+    )  # fmt: skip
     parser.add_argument("--preset", choices=sorted(PRESETS))
     parser.add_argument("--out", type=Path, help="sweep folder (default runs/sweep-<time>)")
     parser.add_argument(
@@ -274,7 +304,13 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if args.setting is not None and any(f.startswith(f"--{args.setting}") for f in train_flags):
         parser.error(f"--{args.setting} is the swept setting; give its values with --values")
     try:
-        points = make_grid(args.algorithms, args.seeds, args.setting, args.values)
+        per_algorithm = args.per_algorithm
+        if per_algorithm is not None and not (
+            isinstance(per_algorithm, dict)
+            and all(isinstance(v, dict) for v in per_algorithm.values())
+        ):
+            raise ValueError("--per_algorithm takes {algorithm: {setting: value}}")
+        points = make_grid(args.algorithms, args.seeds, args.setting, args.values, per_algorithm)
     except ValueError as err:
         parser.error(str(err))
     out = args.out or Path("runs") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"

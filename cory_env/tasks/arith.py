@@ -47,6 +47,17 @@ WORD_EXAMPLES = (
 EQUATION_EXAMPLES = ("2+3=5\n", "9-4=5\n", "6+7=13\n", "4+2=6\n")
 """Solved examples put before the query (``shots``), written for this project; the same
 sums in both styles. The words style shows one by default, the equation style none."""
+REFERENCE_EXAMPLES = (
+    "2+3=\nReference: 5\nAnswer: 5\n",
+    "9-4=\nReference: 5\nAnswer: 5\n",
+    "6+7=\nReference: 12\nAnswer: 13\n",
+    "4+2=\nReference: 6\nAnswer: 6\n",
+)
+"""The same sums as the observer's solved examples in the reference form: the partner's
+answer on its own labelled line before ``Answer:``, as the official GSM8K observer prompt
+has it. One reference is wrong and corrected, as most of a base pioneer's are."""
+OBSERVER_PROMPTS = ("bracket", "reference")
+"""Values of the equation style's ``observer_prompt`` (module doc)."""
 
 
 @dataclass(frozen=True)
@@ -236,6 +247,20 @@ def arith_equation_prompt(role: int, query: Query, earlier: Sequence[str], shots
     return examples + query.text + "".join(f"[{answer.strip()}]" for answer in earlier) + "="
 
 
+def arith_reference_prompt(role: int, query: Query, earlier: Sequence[str], shots: int = 0) -> str:
+    """The equation style with the official GSM8K observer form: the pioneer as in
+    :func:`arith_equation_prompt`; an observer sees ``3+4=``, then each earlier answer on
+    a line of its own, ``Reference: 7`` (its whitespace made single spaces, so that an
+    answer running into a new line stays on its line), then ``Answer:``; with ``shots``,
+    that many solved examples of the same form come first."""
+    if role == 0:
+        return arith_equation_prompt(0, query, earlier, shots)
+    if not earlier:
+        raise ValueError(f"arith prompt for role {role} needs an earlier response; got none")
+    references = "".join(f"Reference: {' '.join(answer.split())}\n" for answer in earlier)
+    return "".join(REFERENCE_EXAMPLES[:shots]) + f"{query.text}=\n{references}Answer:"
+
+
 HELD_OUT_SEED_OFFSET = 1
 """Evaluation problems come from the generator seed this far from training's."""
 
@@ -259,6 +284,7 @@ def make_arith_task(
     context_length: int | None = None,
     style: str = "words",
     shots: int | None = None,
+    observer_prompt: str = "bracket",
 ) -> Task:
     """Generated arithmetic word problems scored by the GSM8K answer checker.
 
@@ -273,6 +299,12 @@ def make_arith_task(
     4; equations: none by default, up to 4); each example beyond the default adds 48 tokens
     of context for words and 8 for equations. A lever on the base model's pass@1 as much as
     the difficulty is.
+
+    ``observer_prompt`` (equation style): ``bracket`` shows an observer the answer inside
+    the expression (``3+4[7]=``, a few characters, for small vocabularies); ``reference``
+    in the official GSM8K form, on a labelled line of its own before ``Answer:``
+    (:func:`arith_reference_prompt`; a context of 32 tokens and 16 more per shot).
+    The words style always uses labelled references (:func:`arith_prompt`).
     """
     style = checks.choice(style, "style", STYLES, where=WHERE)
     equation = style == "equation"
@@ -287,6 +319,15 @@ def make_arith_task(
             WHERE,
             f"the task has {len(WORD_EXAMPLES)} solved examples",
         )
+    observer_prompt = checks.choice(observer_prompt, "observer_prompt", OBSERVER_PROMPTS,
+                                    where=WHERE)  # fmt: skip
+    reference = observer_prompt == "reference"
+    if reference and not equation:
+        raise checks.SettingError(
+            f"{WHERE}: observer_prompt 'reference' is a form of the equation style (the "
+            "words style labels its references already); set style: equation, or leave "
+            "observer_prompt out"
+        )
     queries = generate_arith_problems(
         n_queries,
         max_operand=max_operand,
@@ -300,7 +341,11 @@ def make_arith_task(
     if context_length is None:
         extra = max(shots - default_shots, 0) * (8 if equation else 48)
         context_length = (EQUATION_CONTEXT_LENGTH if equation else 192) + extra
+        if reference:
+            context_length = 32 + 16 * shots
     prompt = arith_equation_prompt if equation else arith_prompt
+    if reference:
+        prompt = arith_reference_prompt
     return Task(
         name="arith",
         queries=queries,
@@ -315,5 +360,6 @@ def make_arith_task(
             "seed": seed,
             "style": style,
             "shots": shots,
+            "observer_prompt": observer_prompt,
         },
     )
