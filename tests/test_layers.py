@@ -26,7 +26,7 @@ TRAIN_LAYERS: list[tuple[str, set[str]]] = [
     ("evaluation", {"eval_report", "evaluator", "eval_along", "cross_play"}),
     ("analysis", {"plots", "run_summary", "model_card", "comparison", "comparison_figures"}),
     ("commands", {"flags", "run", "cory", "ppo", "evaluate", "eval_saved", "export", "play",
-                  "sweep", "compare", "cli", "__init__"}),
+                  "sweep", "compare", "cli", "__init__", "tuning"}),
 ]
 # fmt: on
 PACKAGES = {"cory_env": "cory_env", "agents": "cory_rl.agents", "train": "cory_rl.train"}

@@ -3,6 +3,8 @@ warning a run gives when its updates sit outside the healthy band."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 import cory_env
@@ -148,3 +150,19 @@ def test_a_run_says_its_updates_were_unhealthy(tiny_model_dir, tmp_path, capsys)
     run_training(config)
     out = capsys.readouterr()
     assert "too few updates to judge their health" in out.out and "warning:" not in out.out
+
+
+def test_the_tuning_rule_picks_the_best_healthy_value_and_the_smaller_of_a_tie():
+    from cory_rl.train.tuning import Pilot, pick
+
+    def pilot(algorithm, value, healthy, score):
+        return Pilot(Path("x"), algorithm, value, healthy, "", score)
+
+    pilots = [pilot("ppo", 1e-6, True, 0.20), pilot("ppo", 1e-5, True, 0.40),
+              pilot("ppo", 1e-4, False, 0.90),  # the best score, but unhealthy
+              pilot("cory", 1e-6, True, 0.305), pilot("cory", 1e-5, True, 0.31),
+              pilot("grpo", 1e-5, False, 0.5)]  # fmt: skip
+    picked = pick(pilots, tie=0.01)
+    assert picked["ppo"].value == 1e-5
+    assert picked["cory"].value == 1e-6  # within the tie: the smaller rate
+    assert picked["grpo"] is None
