@@ -3,9 +3,10 @@
 Trains three smoke runs of the repository it is started in (two CORY, one PPO: five
 agents), then plays cross-play twice, each time in a fresh process: the PPO agent and the
 base model (2 players, 3 pairs), and all five agents and the base model (6 players, 21
-pairs). Each pair plays in a process of its own (``train/cross_play.py``), so the machine's
-peak is the parent's peak plus the largest pair's; it prints both for each size and the
-ratio of the totals, measured in this one run.
+pairs). Each pair plays in a process of its own
+(``cory_rl.train.evaluation.cross_play``), so the machine's peak is the parent's peak
+plus the largest pair's; it prints both for each size and the ratio of the totals,
+measured in this one run.
 
     python bench/bench_cross_play_memory.py [--queries 4] [--json OUT]
 """
@@ -21,8 +22,8 @@ from pathlib import Path
 
 PLAY = """
 import json, sys
-from cory_rl.train.cross_play import cross_play, run_players
-from cory_rl.train.memory import rss_peak_mb
+from cory_rl.train.evaluation.cross_play import cross_play, run_players
+from cory_rl.train.core.memory import rss_peak_mb
 items, queries = json.loads(sys.argv[1]), int(sys.argv[2])
 cells = cross_play(run_players(items), {"samples": 1, "max_queries": queries})
 pairs = {(c["pioneer"], c["observer"]) for c in cells}

@@ -179,18 +179,19 @@ def held_mb(learners: dict[str, Any]) -> dict[str, float]:
 
 def worker(args: argparse.Namespace) -> None:
     """One process of one launch: train, then write this process's figures."""
-    from cory_rl.train import allocator
+    from cory_rl.train.config import allocator
 
-    allocator.relaunch("auto")  # the heap allocator training runs on (train/allocator.py)
+    # the heap allocator training runs on (cory_rl.train.config.allocator)
+    allocator.relaunch("auto")
 
     import torch
 
-    from cory_rl.train.build import build_game_and_learners, make_accelerator
-    from cory_rl.train.callbacks import Callback
-    from cory_rl.train.distributed import Processes
-    from cory_rl.train.loop import train
-    from cory_rl.train.memory import reset_rss_peak, rss_peak_mb
-    from cory_rl.train.settings import build_config
+    from cory_rl.train.config.resolve import build_config
+    from cory_rl.train.core.build import build_game_and_learners, make_accelerator
+    from cory_rl.train.core.callbacks import Callback
+    from cory_rl.train.core.distributed import Processes
+    from cory_rl.train.core.memory import reset_rss_peak, rss_peak_mb
+    from cory_rl.train.training.loop import train
 
     count_collectives()
     config = build_config(

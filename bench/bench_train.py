@@ -63,7 +63,7 @@ The arithmetic floor is the iteration's FLOPs divided by the measured matmul pea
 
 ``both`` runs each algorithm in its own process, so that each one's peak memory is its own.
 Run from the command line, the bench re-executes itself on the heap allocator training
-uses (``--allocator``, train/allocator.py), and names it in the table's title.
+uses (``--allocator``, cory_rl.train.config.allocator), and names it in the table's title.
 """
 
 from __future__ import annotations
@@ -84,14 +84,14 @@ import numpy as np
 import torch
 from torch import nn
 
-import cory_rl.train.loop as loop
+import cory_rl.train.training.loop as loop
 from cory_rl.agents.llm import LLMLearner, Probe
 from cory_rl.agents.rollout import Turn
-from cory_rl.train import allocator
-from cory_rl.train.build import build_game_and_learners
-from cory_rl.train.config import TrainConfig
-from cory_rl.train.memory import reset_rss_peak, rss_peak_mb
-from cory_rl.train.settings import build_config
+from cory_rl.train.config import allocator
+from cory_rl.train.config.resolve import build_config
+from cory_rl.train.config.train_config import TrainConfig
+from cory_rl.train.core.build import build_game_and_learners
+from cory_rl.train.core.memory import reset_rss_peak, rss_peak_mb
 
 ROWS = (
     # (key, label, parent)
@@ -761,7 +761,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from_command_line = argv is None
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    if from_command_line:  # the heap allocator training runs on (train/allocator.py)
+    if from_command_line:  # the heap allocator training runs on (cory_rl.train.config.allocator)
         allocator.relaunch(args.allocator, lean=args.activation_checkpointing)
     if args.algorithm == "both":  # one process each: each peak memory is its own
         summaries = []

@@ -33,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from cory_rl.train.callbacks import Callback
+from cory_rl.train.core.callbacks import Callback
 
 LEARNERS = ("grpo", "rloo")
 TRL_BETA = {"grpo": 0.0, "rloo": 0.05}
@@ -313,11 +313,11 @@ def run_ours(args: argparse.Namespace, learner: str) -> dict[str, Any]:
     """Train ``args.steps`` iterations of our learner through the real loop, measured."""
     import torch
 
-    import cory_rl.train.loop as loop
-    from cory_rl.train import allocator
-    from cory_rl.train.build import build_game_and_learners
-    from cory_rl.train.checkpoint import CheckpointWriter
-    from cory_rl.train.settings import build_config
+    import cory_rl.train.training.loop as loop
+    from cory_rl.train.config import allocator
+    from cory_rl.train.config.resolve import build_config
+    from cory_rl.train.core.build import build_game_and_learners
+    from cory_rl.train.core.checkpoint import CheckpointWriter
 
     class NoCheckpoints(CheckpointWriter):
         """Writes nothing: TRL saves nothing here either."""
@@ -366,7 +366,7 @@ def run_trl(args: argparse.Namespace, learner: str, prompts: list[list[str]]) ->
     from cory_env import load_causal_lm, load_tokenizer
     from cory_env.query import Query
     from cory_env.rewards import VaderSentimentReward
-    from cory_rl.train import allocator
+    from cory_rl.train.config import allocator
 
     plan = make_plan(args)
     trainer_class = getattr(trl, TRL_NAMES[learner])
@@ -448,8 +448,8 @@ def run_trl(args: argparse.Namespace, learner: str, prompts: list[list[str]]) ->
 
 # ----------------------------------------------------------------------------- processes
 def child_environment(args: argparse.Namespace) -> dict[str, str]:
-    """Both sides' environment: training's heap allocator (train/allocator.py)."""
-    from cory_rl.train import allocator
+    """Both sides' environment: training's heap allocator (cory_rl.train.config.allocator)."""
+    from cory_rl.train.config import allocator
 
     env = allocator.relaunch_environment(
         args.allocator, os.environ, allocator.mimalloc_library(),

@@ -43,9 +43,9 @@ def ours_phases(args: Any, learner: str) -> dict[str, Any]:
     """Our learner through the real loop with bench_train's recorder: mean phase seconds."""
     import bench_train
 
-    import cory_rl.train.loop as loop
-    from cory_rl.train.build import build_game_and_learners
-    from cory_rl.train.settings import build_config
+    import cory_rl.train.training.loop as loop
+    from cory_rl.train.config.resolve import build_config
+    from cory_rl.train.core.build import build_game_and_learners
 
     class Prompts(bench_train.LoopTimer):
         """The recorder's loop timer, also keeping each step's prompts for TRL."""
@@ -159,7 +159,7 @@ def matmul_peak_gflops() -> float:
 
 
 def child(side: str, argv: list[str], learner: str, prompts_file: str | None) -> None:
-    from cory_rl.train import allocator
+    from cory_rl.train.config import allocator
 
     allocator.relaunch("auto")
     args = bench_trl.parse_args(argv)

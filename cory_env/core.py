@@ -363,7 +363,8 @@ class BatchedTextGame:
 
         ``options={"queries": [i, ...], "budgets": [n, ...]}`` plays exactly these games
         instead of drawing them: row b answers query ``i_b`` with a budget of ``n_b``
-        tokens (an evaluation set fixes both per answer; ``train/eval_set.py``). It takes
+        tokens (an evaluation set fixes both per answer: ``cory_rl.train.evaluation.eval_set``).
+        It takes
         ``batch_size`` of each and draws nothing, so the game's random stream is untouched.
         """
         # Other options are ignored, as PettingZoo's api_test expects of an env.

@@ -11,7 +11,7 @@ A package makes its learners or tasks known through an entry point: in its
 
 The registries load a plugin the first time its name is asked for (or when all names are
 listed). A module that is not installed can be named on the command line instead
-(``--import my_package.learners``, ``train/settings.py``).
+(``--import my_package.learners``, ``cory_rl.train.config.resolve``).
 """
 
 from __future__ import annotations

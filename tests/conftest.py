@@ -82,8 +82,8 @@ def no_model_load(monkeypatch):
     def refuse(*args, **kwargs):
         raise NoModel("a model was loaded before the error")
 
-    monkeypatch.setattr("cory_rl.train.build.load_causal_lm", refuse)
-    monkeypatch.setattr("cory_rl.train.build.load_tokenizer", refuse)
+    monkeypatch.setattr("cory_rl.train.core.build.load_causal_lm", refuse)
+    monkeypatch.setattr("cory_rl.train.core.build.load_tokenizer", refuse)
 
 
 @pytest.fixture(scope="session")
@@ -127,7 +127,7 @@ def tiny_config(model_dir, run_dir, algorithm="cory", **overrides):
         del values["learner"]["ppo_epochs"]
     learner = {**values["learner"], **overrides.pop("learner", {})}  # settings add up
     values.update(overrides, learner=learner)
-    from cory_rl.train.settings import build_config
+    from cory_rl.train.config.resolve import build_config
 
     return build_config("smoke", overrides=values, algorithm=algorithm)
 

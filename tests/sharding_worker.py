@@ -16,10 +16,10 @@ from pathlib import Path
 from safetensors.torch import save_file
 
 from cory_rl.agents.sharding import full_tensors
-from cory_rl.train.build import build_game_and_learners, make_accelerator
-from cory_rl.train.distributed import Processes
-from cory_rl.train.loop import play_batch
-from cory_rl.train.settings import build_config
+from cory_rl.train.config.resolve import build_config
+from cory_rl.train.core.build import build_game_and_learners, make_accelerator
+from cory_rl.train.core.distributed import Processes
+from cory_rl.train.training.loop import play_batch
 
 
 def seeded_update(config_file: str, out: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cory_rl.train import allocator
+from cory_rl.train.config import allocator
 
 LIB = Path("/somewhere/libmimalloc.so")
 
@@ -63,11 +63,10 @@ def test_a_relaunched_script_runs_on_the_allocator_it_asked_for(setting, tmp_pat
         pytest.skip("mimalloc is installed on Linux only")
     script = tmp_path / "script.py"
     script.write_text(
-        "import sys\nfrom train import allocator\n"
+        "import sys\nfrom cory_rl.train.config import allocator\n"
         "allocator.relaunch(sys.argv[1])\nprint(allocator.in_use(), sys.argv[1:])\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", allocator.RELAUNCHED)}
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
     out = subprocess.run(
         [sys.executable, str(script), setting, "--flag"],
         env=env, capture_output=True, text=True, check=True,

@@ -31,10 +31,10 @@ from cory_rl.agents.ppo import PPOAgent, PPOConfig
 from cory_rl.agents.reinforce import ReinforceAgent, ReinforceConfig
 from cory_rl.agents.rollout import response_logits
 from cory_rl.agents.state_io import CheckpointError
-from cory_rl.train.flags import parse_args
-from cory_rl.train.loop import play_batch
-from cory_rl.train.run import run_training
-from cory_rl.train.settings import build_config
+from cory_rl.train.commands.train_flags import parse_args
+from cory_rl.train.config.resolve import build_config
+from cory_rl.train.training.loop import play_batch
+from cory_rl.train.training.run import run_training
 from tests.conftest import read_jsonl, tiny_config
 
 D = torch.float64

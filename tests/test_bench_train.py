@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import cory_rl.train.loop as loop
+import cory_rl.train.training.loop as loop
 from tests.conftest import load_script, read_jsonl
 
 BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_train.py"
@@ -63,7 +63,7 @@ def test_every_phase_is_reported_with_positive_numbers(
 
 def test_instrumented_run_trains_like_the_plain_loop(bench, tiny_model_dir, tmp_path, capsys):
     """Timing wrappers only: the measured run logs the same metrics as an unmeasured one."""
-    from cory_rl.train.build import build_game_and_learners
+    from cory_rl.train.core.build import build_game_and_learners
 
     bench.main(toy_argv(tiny_model_dir, tmp_path / "bench", "cory"))
     capsys.readouterr()

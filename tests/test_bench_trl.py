@@ -80,7 +80,7 @@ def test_flags_reach_both_sides(bench):
 
 @pytest.mark.parametrize("learner", ["grpo", "rloo"])
 def test_our_overrides_make_a_valid_config(bench, learner):
-    from cory_rl.train.settings import build_config
+    from cory_rl.train.config.resolve import build_config
 
     args = bench.parse_args(argv(8, 4, 16, 2, 2))
     config = build_config(overrides=bench.our_overrides(args, learner), algorithm=learner)

@@ -13,11 +13,12 @@ import pytest
 import torch
 
 import cory_env
-import cory_rl.train.checkpoint as ckpt
+import cory_rl.train.core.checkpoint as ckpt
 from cory_rl.agents.base import RandomLearner
 from cory_rl.agents.state_io import CheckpointError
-from cory_rl.train.flags import parse_args
-from cory_rl.train.run import main, run_training
+from cory_rl.train.commands.train import main
+from cory_rl.train.commands.train_flags import parse_args
+from cory_rl.train.training.run import run_training
 from tests.conftest import read_jsonl, tiny_config
 
 
@@ -279,7 +280,7 @@ def test_the_loop_waits_for_the_checkpoint_before_learning(
     import time
 
     from cory_rl.agents import state_io
-    from cory_rl.train.loop import train
+    from cory_rl.train.training.loop import train
 
     real_write = state_io.write_safetensors
     landed: list[float] = []

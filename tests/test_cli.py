@@ -13,12 +13,16 @@ PYPROJECT = (Path(__file__).parents[1] / "pyproject.toml").read_text()
 SECTION = PYPROJECT.split("[project.scripts]")[1].split("\n[")[0]
 SCRIPTS = dict(re.findall(r'^([\w-]+) = "([\w.:]+)"$', SECTION, flags=re.M))
 MAINS = {
-    "cory-train": "cory_rl.train.run",
-    "cory-eval": "cory_rl.train.evaluate",
-    "cory-export": "cory_rl.train.export",
-    "cory-sweep": "cory_rl.train.sweep",
-    "cory-compare": "cory_rl.train.compare",
-    "cory-play": "cory_rl.train.play",
+    "cory-train": "cory_rl.train.commands.train",
+    "cory-eval": "cory_rl.train.commands.evaluate",
+    "cory-export": "cory_rl.train.commands.export",
+    "cory-sweep": "cory_rl.train.commands.sweep",
+    "cory-compare": "cory_rl.train.commands.compare",
+    "cory-play": "cory_rl.train.commands.play",
+    "cory-plots": "cory_rl.train.commands.plots",
+    "cory-health": "cory_rl.train.commands.health",
+    "cory-tune": "cory_rl.train.commands.tuning",
+    "cory-eval-saved": "cory_rl.train.commands.eval_saved",
 }
 
 

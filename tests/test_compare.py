@@ -9,10 +9,11 @@ import math
 import pytest
 from scipy import stats
 
-from cory_rl.train import compare, comparison
-from cory_rl.train import eval_report as report
-from cory_rl.train.run_folder import EVAL_FORMAT
-from cory_rl.train.settings import build_config
+from cory_rl.train.analysis import comparison
+from cory_rl.train.commands import compare
+from cory_rl.train.config.resolve import build_config
+from cory_rl.train.core.run_folder import EVAL_FORMAT
+from cory_rl.train.evaluation import report
 
 QUERY_OFFSETS = (-0.1, 0.0, 0.1, 0.0)
 """Per-query offsets of a fake evaluation's rewards (mean 0): 4 queries x 2 samples."""

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from cory_env.checks import SettingError
-from cory_rl.train.flags import parse_args
-from cory_rl.train.presets import PRESETS
-from cory_rl.train.settings import build_config
+from cory_rl.train.commands.train_flags import parse_args
+from cory_rl.train.config.presets import PRESETS
+from cory_rl.train.config.resolve import build_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -11,11 +11,11 @@ import re
 import pytest
 
 from cory_env.checks import SettingError
-from cory_rl.train import evaluate as ev
-from cory_rl.train import evaluator
-from cory_rl.train.cross_play import BASE, Player
-from cory_rl.train.run import run_training
-from cory_rl.train.run_folder import load_run_config
+from cory_rl.train.commands import evaluate as ev
+from cory_rl.train.core.run_folder import load_run_config
+from cory_rl.train.evaluation import evaluator
+from cory_rl.train.evaluation.cross_play import BASE, Player
+from cory_rl.train.training.run import run_training
 from tests.conftest import tiny_config
 
 FEW = ["--max_queries", "3", "--samples", "1"]
@@ -100,8 +100,8 @@ def test_a_seated_folder_s_kl_is_measured_against_its_base(two_runs, tmp_path, t
     the base measures 0, a trained agent more; both against the run's base model."""
     import shutil
 
-    from cory_rl.train.cross_play import play_seats, template_config
-    from cory_rl.train.export import export_run
+    from cory_rl.train.evaluation.cross_play import play_seats, template_config
+    from cory_rl.train.publish.export import export_run
 
     exported = export_run(two_runs[0], tmp_path / "export")
     plain = tmp_path / "plain"  # a folder trained elsewhere: no cory_export.json
@@ -131,9 +131,10 @@ def test_folders_saved_elsewhere_are_evaluated_as_a_run_of_ours(
     reference (KL 0 for the base's own weights), later ones are paired with it."""
     import shutil
 
-    from cory_rl.train.comparison import load_run, trajectory
-    from cory_rl.train.eval_saved import evaluate_saved, main
-    from cory_rl.train.export import export_run
+    from cory_rl.train.analysis.comparison import load_run
+    from cory_rl.train.analysis.trajectories import trajectory
+    from cory_rl.train.commands.eval_saved import evaluate_saved, main
+    from cory_rl.train.publish.export import export_run
 
     exported = export_run(two_runs[0], tmp_path / "export")
     saved = tmp_path / "saved"
@@ -154,7 +155,7 @@ def test_folders_saved_elsewhere_are_evaluated_as_a_run_of_ours(
     def no_play(*args, **kwargs):
         raise AssertionError("an evaluation already written was played again")
 
-    monkeypatch.setattr("cory_rl.train.eval_saved.play_seats", no_play)
+    monkeypatch.setattr("cory_rl.train.commands.eval_saved.play_seats", no_play)
     # as a call that played only updates 0 left the log: a call reading both back mends it
     (out / "metrics.jsonl").write_text(json.dumps(rows[0]) + "\n")
     assert evaluate_saved(saved, two_runs[0], out, seed=7, options=few) == rows

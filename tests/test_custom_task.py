@@ -152,8 +152,8 @@ def test_a_reward_server_that_is_down_is_found_when_the_task_is_made(user_folder
 
 
 def test_trains_from_the_command_line(user_folder, tiny_model_dir):
-    from cory_rl.train.flags import parse_args
-    from cory_rl.train.run import run_training
+    from cory_rl.train.commands.train_flags import parse_args
+    from cory_rl.train.training.run import run_training
     from tests.conftest import read_jsonl
 
     folder, module = user_folder

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cory_rl.train.distributed import PROCESS_SEED_STRIDE
-from cory_rl.train.run import run_training
+from cory_rl.train.core.distributed import PROCESS_SEED_STRIDE
+from cory_rl.train.training.run import run_training
 from tests.conftest import read_jsonl, tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,11 +22,11 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = """
 import hashlib, json, sys
 from pathlib import Path
-from cory_rl.train.settings import build_config
-from cory_rl.train.flags import parse_args
-from cory_rl.train.distributed import Processes
-from cory_rl.train.loop import train
-from cory_rl.train.build import build_game_and_learners, make_accelerator
+from cory_rl.train.config.resolve import build_config
+from cory_rl.train.commands.train_flags import parse_args
+from cory_rl.train.core.distributed import Processes
+from cory_rl.train.training.loop import train
+from cory_rl.train.core.build import build_game_and_learners, make_accelerator
 
 config_file, out, resume = sys.argv[1], Path(sys.argv[2]), sys.argv[3] == "resume"
 if resume:

@@ -12,7 +12,7 @@ from cory_env.checks import SettingError
 from cory_rl.agents.dynamic_sampling import DynamicSampling
 from cory_rl.agents.group import GRPOConfig
 from cory_rl.agents.rollout import Rollout, concat_rollouts
-from cory_rl.train.run import run_training
+from cory_rl.train.training.run import run_training
 from tests.conftest import read_jsonl, tiny_config, user_module
 
 

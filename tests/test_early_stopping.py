@@ -9,8 +9,8 @@ import json
 import pytest
 
 from cory_env.checks import SettingError
-from cory_rl.train.run import run_training
-from cory_rl.train.stopping import EarlyStopping, stopped
+from cory_rl.train.core.stopping import EarlyStopping, stopped
+from cory_rl.train.training.run import run_training
 from tests.conftest import read_jsonl, tiny_config
 
 

@@ -15,7 +15,7 @@ import cory_env
 from cory_rl.agents.engine import Generation, SamplingSettings, hf_weights
 from cory_rl.agents.ppo import PPOConfig
 from cory_rl.agents.rollout import response_logits
-from cory_rl.train.loop import play_batch
+from cory_rl.train.training.loop import play_batch
 from tests.test_ppo_agent import make_agents, target_task
 
 
@@ -215,7 +215,7 @@ def test_an_absent_vllm_is_one_line_that_says_how_to_install(tiny_model_dir, tmp
     import builtins
 
     from cory_env.checks import SettingError
-    from cory_rl.train.build import build_game_and_learners
+    from cory_rl.train.core.build import build_game_and_learners
     from tests.conftest import tiny_config
 
     real_import = builtins.__import__
@@ -289,7 +289,7 @@ def test_an_engine_with_several_processes_is_refused_before_any_model_loads(
     tiny_model_dir, tmp_path, monkeypatch, no_model_load
 ):
     from cory_env.checks import SettingError
-    from cory_rl.train import run
+    from cory_rl.train.training import run
     from tests.conftest import tiny_config
 
     class TwoProcesses(run.Processes):

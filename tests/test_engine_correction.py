@@ -19,7 +19,7 @@ from cory_rl.agents.policy import build_policies
 from cory_rl.agents.ppo import PPOAgent, PPOConfig
 from cory_rl.agents.reinforce import ReinforceAgent, ReinforceConfig
 from cory_rl.agents.rollout import concat_rollouts
-from cory_rl.train.loop import play_batch
+from cory_rl.train.training.loop import play_batch
 from tests.test_engine import CopyEngine
 from tests.test_ppo_agent import target_task
 

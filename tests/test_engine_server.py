@@ -70,8 +70,8 @@ def server(tmp_path_factory):
 
 
 def build(tmp_path_factory, port: int, lora: bool):
-    from cory_rl.train.build import build_game_and_learners
-    from cory_rl.train.settings import build_config
+    from cory_rl.train.config.resolve import build_config
+    from cory_rl.train.core.build import build_game_and_learners
 
     config = build_config(
         "smoke",

@@ -290,8 +290,8 @@ def test_the_server_settings_are_checked(tiny_model_dir, tmp_path):
 def test_a_server_run_plays_its_turns_from_the_server(tiny_model_dir, tmp_path):
     """``vllm_mode: server`` builds the server engine (no vLLM in this process) and a
     batch is played from the server's answers, scored by the learner."""
-    from cory_rl.train.build import build_game_and_learners
-    from cory_rl.train.loop import play_batch
+    from cory_rl.train.core.build import build_game_and_learners
+    from cory_rl.train.training.loop import play_batch
     from tests.conftest import tiny_config
 
     fake = FakeServer(model="tiny", max_model_len=512)
@@ -320,7 +320,7 @@ def test_a_server_run_plays_its_turns_from_the_server(tiny_model_dir, tmp_path):
 def test_several_processes_may_share_a_server(tiny_model_dir, tmp_path, monkeypatch):
     """The in-process engine is refused under accelerate launch; a server is not (here it
     is down, which is the error that comes)."""
-    from cory_rl.train import run
+    from cory_rl.train.training import run
     from tests.conftest import tiny_config
 
     class TwoProcesses(run.Processes):

@@ -11,8 +11,8 @@ pytestmark = pytest.mark.slow
 
 
 def build(tmp_path_factory, lora: bool):
-    from cory_rl.train.build import build_game_and_learners
-    from cory_rl.train.settings import build_config
+    from cory_rl.train.config.resolve import build_config
+    from cory_rl.train.core.build import build_game_and_learners
 
     config = build_config(
         "smoke",
@@ -37,7 +37,7 @@ def game_and_learner(request, tmp_path_factory):
 
 def answers(game, learner, engine) -> torch.Tensor:
     """The tokens of one batch of games at seed 0, from the engine or from acting."""
-    from cory_rl.train.loop import play_batch
+    from cory_rl.train.training.loop import play_batch
 
     saved = learner.engine
     learner.attach_engine(engine, learner.eos_token_id)

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from cory_rl.train.flags import parse_args
-from cory_rl.train.run import run_training
-from cory_rl.train.run_folder import EVAL_KEY, read_evaluations, read_metrics
+from cory_rl.train.commands.train_flags import parse_args
+from cory_rl.train.core.run_folder import EVAL_KEY, read_evaluations, read_metrics
+from cory_rl.train.training.run import run_training
 from tests.conftest import read_jsonl, tiny_config
 
 EVAL = {"eval_samples": 2, "eval_queries": 5, "eval_batch_size": 8}
@@ -39,7 +39,7 @@ def test_eval_every_writes_the_trajectory_and_trains_the_same(tiny_model_dir, tm
     assert last["updates"] == 3 and set(last["answers"]["model"]) == {"trained"}
     assert last["eval_set"] == base["eval_set"]  # one set along the whole run
     assert last["summary"]["trained"]["all"]["reward"] == rows[-1]["eval/all/reward"]
-    from cory_rl.train.run_summary import run_summary
+    from cory_rl.train.analysis.run_summary import run_summary
 
     assert "held-out reward" in run_summary(run.path) and "3 iterations" in run_summary(run.path)
     # TensorBoard has the evaluations under their own keys, at step = updates.

@@ -7,13 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from cory_rl.train import eval_report as report
-from cory_rl.train import evaluate as ev
-from cory_rl.train import evaluator
-from cory_rl.train.build import build_game_and_learners
-from cory_rl.train.eval_set import EvalSet
-from cory_rl.train.evaluator import Evaluator
-from cory_rl.train.run import run_training
+from cory_rl.train.commands import evaluate as ev
+from cory_rl.train.core.build import build_game_and_learners
+from cory_rl.train.evaluation import evaluator, report
+from cory_rl.train.evaluation.eval_set import EvalSet
+from cory_rl.train.evaluation.evaluator import Evaluator
+from cory_rl.train.training.run import run_training
 from tests.conftest import tiny_config
 
 

@@ -9,10 +9,11 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from cory_rl.train.build import build_game_and_learners
-from cory_rl.train.checkpoint import find_checkpoint
-from cory_rl.train.export import export_run, main
-from cory_rl.train.run import run_training
+from cory_rl.train.commands.export import main
+from cory_rl.train.core.build import build_game_and_learners
+from cory_rl.train.core.checkpoint import find_checkpoint
+from cory_rl.train.publish.export import export_run
+from cory_rl.train.training.run import run_training
 from tests.conftest import tiny_config
 
 IDS = torch.tensor([[2, 3, 4, 5, 6, 7]])
@@ -136,7 +137,7 @@ class FakeHub:
 
 
 def test_push_to_hub_uploads_each_agent_with_its_card(tiny_model_dir, tmp_path, monkeypatch):
-    from cory_rl.train import hub
+    from cory_rl.train.publish import hub
 
     run_training(tiny_config(tiny_model_dir, tmp_path / "run", iterations=1))
     fake = FakeHub()
@@ -155,7 +156,7 @@ def test_push_to_hub_is_refused_before_anything_is_written(tiny_model_dir, tmp_p
                                                             capsys):  # fmt: skip
     import huggingface_hub
 
-    from cory_rl.train import hub
+    from cory_rl.train.publish import hub
 
     run_training(tiny_config(tiny_model_dir, tmp_path / "run", iterations=1))
     out = tmp_path / "out"

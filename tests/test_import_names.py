@@ -15,8 +15,8 @@ import importlib.util, agents, train
 assert agents.OWNER == "someone else" and train.OWNER == "someone else"
 import cory_env
 from cory_rl.agents.registry import available_learners
-from cory_rl.train.settings import build_config
-from cory_rl.train.run import run_training
+from cory_rl.train.config.resolve import build_config
+from cory_rl.train.training.run import run_training
 assert "ppo" in available_learners()
 assert build_config("smoke", algorithm="cory").algorithm == "cory"
 import cory_rl.agents, cory_rl.train

@@ -12,9 +12,9 @@ import pytest
 import cory_env
 from cory_env.checks import SettingError
 from cory_rl.agents.registry import Seat, available_learners, register_learner
-from cory_rl.train.build import build_game_and_learners
-from cory_rl.train.flags import parse_args
-from cory_rl.train.run import run_training
+from cory_rl.train.commands.train_flags import parse_args
+from cory_rl.train.core.build import build_game_and_learners
+from cory_rl.train.training.run import run_training
 from tests.conftest import make_tiny_gpt2, read_jsonl, tiny_config
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -206,7 +206,7 @@ def test_heterogeneous_seats_each_have_their_model_tokenizer_and_reference(
 
 def test_moe_evaluation_keeps_the_answer_with_the_higher_value(tiny_model_dir, tmp_path):
     """Per query, MoE keeps the answer of the agent whose critic values it higher."""
-    from cory_rl.train.evaluator import Evaluator
+    from cory_rl.train.evaluation.evaluator import Evaluator
 
     config = tiny_config(tiny_model_dir, tmp_path, algorithm="moe")
     assert (config.game.lam, config.game.sees, config.game.n_agents) == (0.0, "none", 2)

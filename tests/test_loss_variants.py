@@ -256,8 +256,8 @@ def test_truncated_answers_leave_the_loss(tiny_tokenizer, tiny_lm):
 
 
 def test_the_variants_are_flags_of_a_run(tiny_model_dir, tmp_path):
-    from cory_rl.train.flags import parse_args
-    from cory_rl.train.run import run_training
+    from cory_rl.train.commands.train_flags import parse_args
+    from cory_rl.train.training.run import run_training
     from tests.conftest import read_jsonl
 
     config, _ = parse_args(

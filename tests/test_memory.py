@@ -6,8 +6,8 @@ import mmap
 
 import pytest
 
-from cory_rl.train import memory
-from cory_rl.train.run import run_training
+from cory_rl.train.core import memory
+from cory_rl.train.training.run import run_training
 from tests.conftest import read_jsonl, tiny_config
 
 BLOCK_MB = 256

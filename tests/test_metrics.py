@@ -9,23 +9,23 @@ import numpy as np
 import pytest
 import torch
 
-from cory_rl.train import metrics
+from cory_rl.train.evaluation import inference, measures
 
 
 def test_answer_tokens_are_words_and_punctuation():
     expected = ["the", "cat", ",", "the", "dog", "!", "!"]
-    assert metrics.answer_tokens("The cat, THE dog!!") == expected
-    assert metrics.answer_tokens("  ") == []
+    assert measures.answer_tokens("The cat, THE dog!!") == expected
+    assert measures.answer_tokens("  ") == []
 
 
 def test_distinct_n_counts_over_all_answers():
     texts = ["the cat sat", "the cat ran!"]
     # unigrams: the cat sat the cat ran ! -> 7, distinct {the, cat, sat, ran, !} = 5
-    assert metrics.distinct_n(texts, 1) == pytest.approx(5 / 7)
+    assert measures.distinct_n(texts, 1) == pytest.approx(5 / 7)
     # bigrams: (the cat)(cat sat) | (the cat)(cat ran)(ran !) -> 5, distinct 4
-    assert metrics.distinct_n(texts, 2) == pytest.approx(4 / 5)
-    assert metrics.distinct_n(["one", "two"], 2) == 0.0  # no bigram at all
-    assert metrics.distinct_n(["a b", "a b"], 2) == 0.5
+    assert measures.distinct_n(texts, 2) == pytest.approx(4 / 5)
+    assert measures.distinct_n(["one", "two"], 2) == 0.0  # no bigram at all
+    assert measures.distinct_n(["a b", "a b"], 2) == 0.5
 
 
 @pytest.mark.parametrize(
@@ -42,7 +42,7 @@ def test_distinct_n_counts_over_all_answers():
     ],
 )
 def test_repetitive_answers(text, repetitive):
-    assert metrics.is_repetitive(text) is repetitive
+    assert measures.is_repetitive(text) is repetitive
 
 
 @pytest.mark.parametrize(
@@ -61,17 +61,17 @@ def test_repetitive_answers(text, repetitive):
     ],
 )
 def test_word_level_repetition_sees_short_loops(text, tokens, words):
-    assert metrics.is_repetitive(text) is tokens
-    assert metrics.is_word_repetitive(text) is words
+    assert measures.is_repetitive(text) is tokens
+    assert measures.is_word_repetitive(text) is words
 
 
 def test_repetition_share_and_hit_budget():
-    assert metrics.repetition_share(["no no no", "fine", "ok ok ok ok", "a b"]) == 0.5
-    assert metrics.repetition_share([]) == 0.0
-    assert metrics.word_repetition_share(["joy, love, joy, love", "fine", "a b", "x x"]) == 0.5
-    assert metrics.word_repetition_share([]) == 0.0
+    assert measures.repetition_share(["no no no", "fine", "ok ok ok ok", "a b"]) == 0.5
+    assert measures.repetition_share([]) == 0.0
+    assert measures.word_repetition_share(["joy, love, joy, love", "fine", "a b", "x x"]) == 0.5
+    assert measures.word_repetition_share([]) == 0.0
     # budget 3, EOS id 1: used 3 tokens without EOS / ended by EOS at 3 / stopped early
-    hit = metrics.hit_budget(np.array([3, 3, 2]), 3, np.array([5, 1, 5]), eos_id=1)
+    hit = measures.hit_budget(np.array([3, 3, 2]), 3, np.array([5, 1, 5]), eos_id=1)
     assert hit.tolist() == [True, False, False]
 
 
@@ -87,23 +87,23 @@ def test_pass_at_k_matches_a_count_over_all_subsets():
         for c in range(n + 1):
             for k in range(1, n + 1):
                 expected = brute_force_pass_at_k(n, c, k)
-                assert metrics.pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
-    assert metrics.pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2) = 1 - 3/6
-    assert metrics.pass_at_k(5, 2, 3) == pytest.approx(0.9)  # 1 - C(3,3)/C(5,3) = 1 - 1/10
+                assert measures.pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+    assert measures.pass_at_k(4, 1, 2) == pytest.approx(0.5)  # 1 - C(3,2)/C(4,2) = 1 - 3/6
+    assert measures.pass_at_k(5, 2, 3) == pytest.approx(0.9)  # 1 - C(3,3)/C(5,3) = 1 - 1/10
     correct = np.array([[1, 0, 0, 0], [1, 1, 0, 0]], dtype=bool)
-    assert metrics.mean_pass_at_k(correct, 2) == pytest.approx((0.5 + 5 / 6) / 2)
-    assert metrics.pass_ks(1) == [1] and metrics.pass_ks(4) == [1, 2, 4]
-    assert metrics.pass_ks(10) == [1, 2, 4, 8, 10]
+    assert measures.mean_pass_at_k(correct, 2) == pytest.approx((0.5 + 5 / 6) / 2)
+    assert measures.pass_ks(1) == [1] and measures.pass_ks(4) == [1, 2, 4]
+    assert measures.pass_ks(10) == [1, 2, 4, 8, 10]
     with pytest.raises(ValueError, match="1 <= k <= n"):
-        metrics.pass_at_k(3, 1, 4)
+        measures.pass_at_k(3, 1, 4)
 
 
 def test_objectives_and_front():
-    obj = metrics.objectives([1.0, 0.5], [10.0, 100.0])
+    obj = measures.objectives([1.0, 0.5], [10.0, 100.0])
     assert obj["0.01"] == pytest.approx(((1 - 0.1) + (0.5 - 1.0)) / 2)
     assert obj["1e-05"] == pytest.approx(0.75 - 1e-5 * 55)
     points = [(1, 0.5), (2, 0.4), (0.5, 0.1), (3, 0.9), (2, 0.6)]
-    assert metrics.pareto_front(points) == [2, 0, 4, 3]
+    assert measures.pareto_front(points) == [2, 0, 4, 3]
 
 
 def test_turn_stats_kl_is_the_exact_kl_to_the_reference(tiny_tokenizer, tiny_lm):
@@ -112,7 +112,7 @@ def test_turn_stats_kl_is_the_exact_kl_to_the_reference(tiny_tokenizer, tiny_lm)
     import cory_env
     from cory_rl.agents.policy import build_policies
     from cory_rl.agents.ppo import PPOAgent, PPOConfig
-    from cory_rl.train.games import play_games
+    from cory_rl.train.core.games import play_games
 
     task = cory_env.custom_task(
         ["the movie was", "this film is very", "i love"],
@@ -144,74 +144,76 @@ def test_turn_stats_kl_is_the_exact_kl_to_the_reference(tiny_tokenizer, tiny_lm)
 def test_distinct_n_per_answer_and_pooled():
     texts = ["a a", "a b"]
     # per answer: {a}/2 = 1/2 and {a, b}/2 = 1, mean 0.75; pooled over both: {a, b}/4 = 0.5
-    assert metrics.distinct_n_per_answer(texts, 1) == pytest.approx(0.75)
-    assert metrics.distinct_n_pooled(texts, 1, pool=2) == pytest.approx(0.5)
+    assert measures.distinct_n_per_answer(texts, 1) == pytest.approx(0.75)
+    assert measures.distinct_n_pooled(texts, 1, pool=2) == pytest.approx(0.5)
     # an answer without a bigram is left out of the per-answer mean, not counted as 0
-    assert metrics.distinct_n_per_answer(["x", "a a a", "a b c"], 2) == pytest.approx(0.75)
-    assert metrics.distinct_n_per_answer(["one", ""], 2) is None
+    assert measures.distinct_n_per_answer(["x", "a a a", "a b c"], 2) == pytest.approx(0.75)
+    assert measures.distinct_n_per_answer(["one", ""], 2) is None
     # blocks of 2 in order: ["a a", "a a"] -> 1/4, ["a b", "c d"] -> 4/4; "e e" dropped
     five = ["a a", "a a", "a b", "c d", "e e"]
-    assert metrics.distinct_n_pooled(five, 1, pool=2) == pytest.approx((0.25 + 1.0) / 2)
-    assert metrics.distinct_n_pooled(five, 1, pool=5) == pytest.approx(5 / 10)
-    assert metrics.distinct_n_pooled(five, 1, pool=6) is None
-    assert metrics.DISTINCT_POOL == 64
-    assert metrics.distinct_n_pooled([f"w{i}" for i in range(64)], 1) == 1.0  # default pool
-    assert metrics.distinct_n_pooled([f"w{i}" for i in range(63)], 1) is None
+    assert measures.distinct_n_pooled(five, 1, pool=2) == pytest.approx((0.25 + 1.0) / 2)
+    assert measures.distinct_n_pooled(five, 1, pool=5) == pytest.approx(5 / 10)
+    assert measures.distinct_n_pooled(five, 1, pool=6) is None
+    assert measures.DISTINCT_POOL == 64
+    assert measures.distinct_n_pooled([f"w{i}" for i in range(64)], 1) == 1.0  # default pool
+    assert measures.distinct_n_pooled([f"w{i}" for i in range(63)], 1) is None
 
 
 def test_t_interval_uses_the_t_quantile():
-    s = metrics.t_interval([1.0, 2.0, 3.0])
+    s = inference.t_interval([1.0, 2.0, 3.0])
     half = 4.302652729911275 / math.sqrt(3)  # t_{2, 0.975}, std 1
     assert s["mean"] == 2.0 and s["std"] == pytest.approx(1.0) and s["n"] == 3
     assert s["ci"] == pytest.approx([2 - half, 2 + half])
     half90 = 2.919985580355516 / math.sqrt(3)  # t_{2, 0.95}
-    assert metrics.t_interval([1.0, 2.0, 3.0], 0.9)["ci"] == pytest.approx([2 - half90, 2 + half90])
+    assert inference.t_interval([1.0, 2.0, 3.0], 0.9)["ci"] == pytest.approx(
+        [2 - half90, 2 + half90]
+    )
     # two values 0, 1: std sqrt(1/2), t_{1, 0.975} = 12.706204736174698
     half2 = 12.706204736174698 * math.sqrt(0.5) / math.sqrt(2)
-    assert metrics.t_interval([0.0, 1.0])["ci"] == pytest.approx([0.5 - half2, 0.5 + half2])
-    assert metrics.t_interval([0.7]) == {"mean": 0.7, "std": None, "n": 1, "ci": None}
-    assert metrics.t_interval([0.1, 0.1, 0.1]) == {
+    assert inference.t_interval([0.0, 1.0])["ci"] == pytest.approx([0.5 - half2, 0.5 + half2])
+    assert inference.t_interval([0.7]) == {"mean": 0.7, "std": None, "n": 1, "ci": None}
+    assert inference.t_interval([0.1, 0.1, 0.1]) == {
         "mean": 0.1,
         "std": 0.0,
         "n": 3,
         "ci": [0.1, 0.1],
     }
     with pytest.raises(ValueError, match="no values"):
-        metrics.t_interval([])
+        inference.t_interval([])
 
 
 def test_bootstrap_ci():
     # units 0 and 1: a resample's mean is 0, 1/2 or 1 with chances 1/4, 1/2, 1/4, so the
     # 95% interval is [0, 1] and the 40% interval (quantiles 0.3, 0.7) is [1/2, 1/2]
-    assert metrics.bootstrap_ci([0.0, 1.0]) == [0.0, 1.0]
-    assert metrics.bootstrap_ci([0.0, 1.0], confidence=0.4) == [0.5, 0.5]
+    assert inference.bootstrap_ci([0.0, 1.0]) == [0.0, 1.0]
+    assert inference.bootstrap_ci([0.0, 1.0], confidence=0.4) == [0.5, 0.5]
     rng = np.random.default_rng(5)
     values = rng.normal(size=30)
     # by hand: all resamples in one draw of the seeded generator, then the percentiles
     idx = np.random.default_rng(7).integers(0, 30, size=(500, 30))
     expected = np.quantile(values[idx].mean(axis=1), [0.05, 0.95])
-    got = metrics.bootstrap_ci(values, confidence=0.9, n_boot=500, seed=7)
+    got = inference.bootstrap_ci(values, confidence=0.9, n_boot=500, seed=7)
     assert got == pytest.approx(expected.tolist(), rel=1e-12)
-    assert metrics.bootstrap_ci(values, seed=3) == metrics.bootstrap_ci(values, seed=3)
-    assert metrics.bootstrap_ci(values, seed=3) != metrics.bootstrap_ci(values, seed=4)
-    lo, hi = metrics.bootstrap_ci(values)
+    assert inference.bootstrap_ci(values, seed=3) == inference.bootstrap_ci(values, seed=3)
+    assert inference.bootstrap_ci(values, seed=3) != inference.bootstrap_ci(values, seed=4)
+    lo, hi = inference.bootstrap_ci(values)
     assert lo < values.mean() < hi
     many = rng.normal(size=1000)
-    lo_many, hi_many = metrics.bootstrap_ci(many)
+    lo_many, hi_many = inference.bootstrap_ci(many)
     assert lo_many < many.mean() < hi_many
     assert hi_many - lo_many < (hi - lo) / 3  # width ~ 1/sqrt(n): sqrt(1000/30) ~ 5.8
-    assert metrics.bootstrap_ci([0.1] * 7) == [0.1, 0.1]  # exact, no rounding of the mean
-    assert metrics.bootstrap_ci([0.3]) is None and metrics.bootstrap_ci([]) is None
+    assert inference.bootstrap_ci([0.1] * 7) == [0.1, 0.1]  # exact, no rounding of the mean
+    assert inference.bootstrap_ci([0.3]) is None and inference.bootstrap_ci([]) is None
 
 
 def test_per_unit_means_groups_by_unit():
-    units, means = metrics.per_unit_means([2, 0, 2, 1, 0, 2], [1.0, 4.0, 2.0, 5.0, 6.0, 6.0])
+    units, means = inference.per_unit_means([2, 0, 2, 1, 0, 2], [1.0, 4.0, 2.0, 5.0, 6.0, 6.0])
     assert units.tolist() == [0, 1, 2]
     assert means.tolist() == pytest.approx([5.0, 5.0, 3.0])  # (4+6)/2, 5, (1+2+6)/3
-    units, means = metrics.per_unit_means(["q2", "q1", "q2"], [1.0, 0.0, 0.0])
+    units, means = inference.per_unit_means(["q2", "q1", "q2"], [1.0, 0.0, 0.0])
     assert units.tolist() == ["q1", "q2"] and means.tolist() == [0.0, 0.5]
     with pytest.raises(ValueError, match="one length"):
-        metrics.per_unit_means([0, 1], [1.0])
+        inference.per_unit_means([0, 1], [1.0])
 
 
 def test_welch_test_matches_the_formula():
@@ -225,22 +227,22 @@ def test_welch_test_matches_the_formula():
     diff = 2.5 - 4.0
     p = 2 * stats.t.sf(abs(diff) / se, df)
     half = stats.t.ppf(0.975, df) * se
-    w = metrics.welch_test(a, b)
+    w = inference.welch_test(a, b)
     assert w["diff"] == pytest.approx(diff) and w["df"] == pytest.approx(df)
     assert w["p"] == pytest.approx(p) and w["ci"] == pytest.approx([diff - half, diff + half])
     assert (w["n_a"], w["n_b"]) == (4, 3)
     assert df == pytest.approx(3.2347, abs=1e-4) and 0.2 < p < 0.4  # the hand numbers
-    assert metrics.welch_test(b, a)["diff"] == pytest.approx(-diff)
+    assert inference.welch_test(b, a)["diff"] == pytest.approx(-diff)
     # half-width at 90% uses t_{df, 0.95}
-    w90 = metrics.welch_test(a, b, confidence=0.9)
+    w90 = inference.welch_test(a, b, confidence=0.9)
     assert w90["ci"][1] - w90["ci"][0] == pytest.approx(2 * stats.t.ppf(0.95, df) * se)
-    assert metrics.welch_test([1.0], [1.0, 2.0]) is None
-    assert metrics.welch_test([1.0, 2.0], [3.0]) is None
+    assert inference.welch_test([1.0], [1.0, 2.0]) is None
+    assert inference.welch_test([1.0, 2.0], [3.0]) is None
     # neither sample varies: the difference is certain
-    certain = metrics.welch_test([0.1, 0.1, 0.1], [0.3, 0.3])
+    certain = inference.welch_test([0.1, 0.1, 0.1], [0.3, 0.3])
     assert certain["p"] == 0.0 and certain["ci"] == [certain["diff"], certain["diff"]]
     assert certain["diff"] == pytest.approx(-0.2) and certain["df"] == 3.0
-    same = metrics.welch_test([0.1, 0.1, 0.1], [0.1, 0.1])
+    same = inference.welch_test([0.1, 0.1, 0.1], [0.1, 0.1])
     assert same["p"] == 1.0 and same["ci"] == [0.0, 0.0] and same["diff"] == 0.0
 
 
@@ -253,53 +255,53 @@ def test_paired_test_is_a_one_sample_test_of_the_differences():
     mean, sd = d.mean(), d.std(ddof=1)
     t = mean / (sd / math.sqrt(5))
     half = stats.t.ppf(0.975, 4) * sd / math.sqrt(5)
-    p = metrics.paired_test(a, b)
+    p = inference.paired_test(a, b)
     assert p["diff"] == pytest.approx(0.16) and p["df"] == 4 and p["n"] == 5
     assert p["p"] == pytest.approx(2 * stats.t.sf(abs(t), 4))
     assert p["p"] == pytest.approx(stats.ttest_1samp(d, 0.0).pvalue)
     assert p["ci"] == pytest.approx([mean - half, mean + half])
     # the pairs share most of their spread: paired sees the difference, Welch does not
-    w = metrics.welch_test(a, b)
+    w = inference.welch_test(a, b)
     assert w["diff"] == pytest.approx(p["diff"])
     assert p["p"] < 0.01 and w["p"] > 0.5
-    assert metrics.paired_test([1.0], [0.0]) is None
+    assert inference.paired_test([1.0], [0.0]) is None
     with pytest.raises(ValueError, match="one length"):
-        metrics.paired_test([1.0, 2.0], [1.0, 2.0, 3.0])
-    certain = metrics.paired_test([1.0, 2.0, 3.0], [0.5, 1.5, 2.5])
+        inference.paired_test([1.0, 2.0], [1.0, 2.0, 3.0])
+    certain = inference.paired_test([1.0, 2.0, 3.0], [0.5, 1.5, 2.5])
     assert certain["p"] == 0.0 and certain["ci"] == [0.5, 0.5] and certain["diff"] == 0.5
-    same = metrics.paired_test([1.0, 2.0], [1.0, 2.0])
+    same = inference.paired_test([1.0, 2.0], [1.0, 2.0])
     assert same["p"] == 1.0 and same["ci"] == [0.0, 0.0]
 
 
 def test_value_at_interpolates_on_the_first_segment_reaching_x():
     # rising: x = 1.5 lies on (1, 10) -> (2, 20)
-    assert metrics.value_at([0.0, 1.0, 2.0], [0.0, 10.0, 20.0], 1.5) == pytest.approx(15.0)
-    assert metrics.value_at([0.0, 1.0, 2.0], [0.0, 10.0, 20.0], 2.0) == pytest.approx(20.0)
+    assert inference.value_at([0.0, 1.0, 2.0], [0.0, 10.0, 20.0], 1.5) == pytest.approx(15.0)
+    assert inference.value_at([0.0, 1.0, 2.0], [0.0, 10.0, 20.0], 2.0) == pytest.approx(20.0)
     # overshoots to 4 and comes back through 2: the first crossing, (0,0)->(4,8), counts
     xs, ys = [0.0, 4.0, 1.0, 2.0], [0.0, 8.0, 5.0, 7.0]
-    assert metrics.value_at(xs, ys, 2.0) == pytest.approx(4.0)
+    assert inference.value_at(xs, ys, 2.0) == pytest.approx(4.0)
     # x = 3 on the way up, (2, 1) -> (5, 4), gives 2; on the way down, (5, 4) -> (1, 0), 3
     xs, ys = [0.0, 2.0, 5.0, 1.0], [0.0, 1.0, 4.0, 0.0]
-    assert metrics.value_at(xs, ys, 3.0) == pytest.approx(2.0)
+    assert inference.value_at(xs, ys, 3.0) == pytest.approx(2.0)
     # starts above x, goes further up, reaches x = 2 only coming back: (5, 6) -> (1, 2) gives 3
-    assert metrics.value_at([3.0, 5.0, 1.0], [0.0, 6.0, 2.0], 2.0) == pytest.approx(3.0)
-    assert metrics.value_at([5.0, 1.0], [0.0, 8.0], 4.0) == pytest.approx(2.0)  # falling
-    assert metrics.value_at([0.0, 1.0, 2.0], [0.0, 10.0, 20.0], 2.5) is None  # never reached
-    assert metrics.value_at([1.0], [3.0], 2.0) is None and metrics.value_at([], [], 0.0) is None
+    assert inference.value_at([3.0, 5.0, 1.0], [0.0, 6.0, 2.0], 2.0) == pytest.approx(3.0)
+    assert inference.value_at([5.0, 1.0], [0.0, 8.0], 4.0) == pytest.approx(2.0)  # falling
+    assert inference.value_at([0.0, 1.0, 2.0], [0.0, 10.0, 20.0], 2.5) is None  # never reached
+    assert inference.value_at([1.0], [3.0], 2.0) is None and inference.value_at([], [], 0.0) is None
     # the exact first point, even though the path comes back to x later
-    assert metrics.value_at([0.5, 1.0, 0.5], [7.0, 9.0, 1.0], 0.5) == 7.0
-    assert metrics.value_at([0.5], [7.0], 0.5) == 7.0  # a one-point trajectory at x
+    assert inference.value_at([0.5, 1.0, 0.5], [7.0, 9.0, 1.0], 0.5) == 7.0
+    assert inference.value_at([0.5], [7.0], 0.5) == 7.0  # a one-point trajectory at x
     # a flat start reaching x exactly at its end
-    assert metrics.value_at([0.0, 0.0, 1.0], [2.0, 3.0, 4.0], 1.0) == pytest.approx(4.0)
+    assert inference.value_at([0.0, 0.0, 1.0], [2.0, 3.0, 4.0], 1.0) == pytest.approx(4.0)
 
 
 def test_holm_adjusts_p_values_by_hand():
     # m = 4: sorted 0.01, 0.02, 0.03, 0.04 -> 0.04, 0.06, 0.06 (kept from falling), 0.06 ...
     # 0.01*4 = 0.04; 0.02*3 = 0.06; 0.03*2 = 0.06; 0.04*1 = 0.04 -> max so far 0.06.
-    assert metrics.holm([0.03, 0.01, 0.04, 0.02]) == pytest.approx([0.06, 0.04, 0.06, 0.06])
-    assert metrics.holm([0.5, None, 0.4]) == [pytest.approx(0.8), None, pytest.approx(0.8)]
-    assert metrics.holm([0.9, 0.6]) == [1.0, 1.0]  # capped at 1
-    assert metrics.holm([]) == [] and metrics.holm([0.2]) == [0.2]
+    assert inference.holm([0.03, 0.01, 0.04, 0.02]) == pytest.approx([0.06, 0.04, 0.06, 0.06])
+    assert inference.holm([0.5, None, 0.4]) == [pytest.approx(0.8), None, pytest.approx(0.8)]
+    assert inference.holm([0.9, 0.6]) == [1.0, 1.0]  # capped at 1
+    assert inference.holm([]) == [] and inference.holm([0.2]) == [0.2]
 
 
 def test_hedges_g_by_hand():
@@ -310,8 +312,8 @@ def test_hedges_g_by_hand():
     g = (1 - 3 / (4 * 7 - 9)) * (2.5 - 4.0) / pooled
     se = math.sqrt(7 / 12 + g**2 / 14)
     z = stats.norm.ppf(0.975)
-    out = metrics.hedges_g(a, b)
+    out = inference.hedges_g(a, b)
     assert out["g"] == pytest.approx(g) and g == pytest.approx(-0.7834, abs=1e-4)
     assert out["ci"] == pytest.approx([g - z * se, g + z * se])
-    assert metrics.hedges_g([1.0, 1.0], [1.0, 1.0]) is None
-    assert metrics.hedges_g([1.0], [1.0, 2.0]) is None
+    assert inference.hedges_g([1.0, 1.0], [1.0, 1.0]) is None
+    assert inference.hedges_g([1.0], [1.0, 2.0]) is None

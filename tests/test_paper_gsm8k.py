@@ -8,8 +8,8 @@ import yaml
 
 from cory_env import load_causal_lm
 from cory_env.checks import SettingError
-from cory_rl.train.flags import parse_args
-from cory_rl.train.settings import build_config
+from cory_rl.train.commands.train_flags import parse_args
+from cory_rl.train.config.resolve import build_config
 from tests.conftest import read_jsonl
 
 
@@ -38,8 +38,8 @@ def test_4bit_needs_lora_a_gpu_and_bitsandbytes(tiny_model_dir):
 
 
 def test_paper_gsm8k_trains_and_evaluates_on_a_tiny_model(tiny_model_dir, tmp_path):
-    from cory_rl.train.evaluator import evaluate
-    from cory_rl.train.run import run_training
+    from cory_rl.train.evaluation.evaluator import evaluate
+    from cory_rl.train.training.run import run_training
 
     overrides = {
         "model": tiny_model_dir, "load_in_4bit": False, "device": "cpu", "iterations": 1,

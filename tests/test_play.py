@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cory_rl.train import play
-from cory_rl.train.run import run_training
+from cory_rl.train.commands import play
+from cory_rl.train.training.run import run_training
 from tests.conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]

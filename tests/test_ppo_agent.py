@@ -14,7 +14,7 @@ import cory_env
 from cory_rl.agents.policy import build_policies
 from cory_rl.agents.ppo import PPOAgent, PPOConfig
 from cory_rl.agents.rollout import response_logits
-from cory_rl.train.loop import play_batch
+from cory_rl.train.training.loop import play_batch
 from tests.conftest import make_tiny_gpt2, make_tiny_lm
 
 

@@ -21,7 +21,7 @@ REFERENCE = Path(__file__).parent / "data" / "metrics_before_speedups.json"
 
 
 def metrics_of_a_seeded_run(model_dir: str, run_dir: Path) -> list[dict]:
-    from cory_rl.train.run import run_training
+    from cory_rl.train.training.run import run_training
 
     config = tiny_config(
         model_dir,

@@ -192,11 +192,11 @@ def test_a_second_run_on_a_folder_that_a_live_run_writes_is_refused(tiny_model_d
     """The folder lock: while a run holds its folder, a resume of it (or a new run there)
     stops in one line before it loads anything; once the run has ended, the resume works."""
     config = tiny_config(tiny_model_dir, tmp_path / "run", iterations=2, report_to=["none"])
-    from cory_rl.train.run_folder import RunLock
+    from cory_rl.train.core.run_folder import RunLock
 
     (tmp_path / "run").mkdir()
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from cory_rl.train.run_folder import RunLock; "
+        "import sys, time; from cory_rl.train.core.run_folder import RunLock; "
         f"lock = RunLock({str(tmp_path / 'run')!r}); print('held', flush=True); time.sleep(60)")],
         env=environment(), cwd=ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
     try:

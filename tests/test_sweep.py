@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cory_rl.train import loop as train_loop
-from cory_rl.train import sweep
+from cory_rl.train.commands import sweep
+from cory_rl.train.training import loop as train_loop
 from tests.conftest import read_jsonl
 
 
@@ -79,7 +79,8 @@ def test_committed_results_count_as_done_where_the_run_folders_are_gone(
 ):
     import shutil
 
-    from cory_rl.train import compare, results
+    from cory_rl.train.commands import compare
+    from cory_rl.train.core import results
 
     out, kept = tmp_path / "sweep", tmp_path / "docs" / "study"
     hook = f"echo {{name}} >> {tmp_path / 'log'}"

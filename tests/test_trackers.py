@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from cory_env.checks import SettingError
-from cory_rl.train.run import run_training
-from cory_rl.train.settings import build_config
-from cory_rl.train.trackers import COMPLETION_COLUMNS, completion_rows
+from cory_rl.train.config.resolve import build_config
+from cory_rl.train.training.run import run_training
+from cory_rl.train.training.trackers import COMPLETION_COLUMNS, completion_rows
 from tests.conftest import tiny_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,7 +126,7 @@ def test_completion_rows_are_one_per_game_and_role():
 
 
 def test_wandb_goes_offline_only_without_a_key_or_a_mode(tmp_path, monkeypatch):
-    from cory_rl.train.tracker_setup import prepare_trackers
+    from cory_rl.train.config.tracker_checks import prepare_trackers
 
     for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_BASE_URL"):
         monkeypatch.delenv(name, raising=False)

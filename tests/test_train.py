@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from cory_rl.train.flags import parse_args
-from cory_rl.train.presets import PRESETS
-from cory_rl.train.run import run_training
-from cory_rl.train.settings import build_config
+from cory_rl.train.commands.train_flags import parse_args
+from cory_rl.train.config.presets import PRESETS
+from cory_rl.train.config.resolve import build_config
+from cory_rl.train.training.run import run_training
 from tests.conftest import read_jsonl, tiny_config
 
 
@@ -116,7 +116,7 @@ def test_every_preset_is_a_valid_config(preset, algorithm):
 
 def test_readme_style_flags_train_end_to_end(tiny_model_dir, tmp_path, capsys):
     """``--learning_rate 1e-5`` once crashed inside torch's Adam (YAML 1.1 read a string)."""
-    from cory_rl.train.run import main
+    from cory_rl.train.commands.train import main
 
     flags = [
         "--preset",
@@ -148,11 +148,11 @@ def test_readme_style_flags_train_end_to_end(tiny_model_dir, tmp_path, capsys):
 def test_callbacks_see_every_phase_in_order_and_every_row(tiny_model_dir, tmp_path):
     import contextlib
 
-    from cory_rl.train.build import build_game_and_learners
-    from cory_rl.train.callbacks import Callback
-    from cory_rl.train.eval_along import TrainingEvaluations
-    from cory_rl.train.loop import train
-    from cory_rl.train.plots import plot_run
+    from cory_rl.train.analysis.run_plots import plot_run
+    from cory_rl.train.core.build import build_game_and_learners
+    from cory_rl.train.core.callbacks import Callback
+    from cory_rl.train.evaluation.along import TrainingEvaluations
+    from cory_rl.train.training.loop import train
 
     class Record(Callback):
         def __init__(self):

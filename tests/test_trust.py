@@ -10,9 +10,11 @@ import textwrap
 import pytest
 import torch
 
-from cory_rl.train import compare as compare_script
-from cory_rl.train import evaluate, evaluator, export, plots, run, sweep
-from cory_rl.train.flags import parse_args
+from cory_rl.train.commands import compare as compare_script
+from cory_rl.train.commands import evaluate, export, plots, sweep
+from cory_rl.train.commands import train as run
+from cory_rl.train.commands.train_flags import parse_args
+from cory_rl.train.evaluation import evaluator
 from tests.conftest import read_jsonl, tiny_config
 
 
@@ -154,7 +156,7 @@ def test_a_sweep_refused_for_its_settings_does_not_say_rerun(tiny_model_dir, tmp
 
 
 def test_the_summary_of_a_short_run_says_what_it_is_and_what_next(ppo_run):
-    from cory_rl.train.run_summary import run_summary
+    from cory_rl.train.analysis.run_summary import run_summary
 
     text = run_summary(ppo_run)
     assert "test the plumbing" in text and "score: the task's reward" in text
@@ -193,7 +195,7 @@ def test_learners_and_tasks_from_a_module_of_one_s_own(tiny_model_dir, tmp_path,
     finished = run.run_training(config)
     saved = read_jsonl(finished.path / "metrics.jsonl")[0]
     assert "llm_1/kl" not in saved and "llm_0/kl" in saved  # a learner with no reference
-    from cory_rl.train.run_summary import run_summary
+    from cory_rl.train.analysis.run_summary import run_summary
 
     assert "n/a (no reference)" in run_summary(finished.path)
     # The saved config imports the module again: the run resumes and evaluates as it is.
@@ -231,7 +233,7 @@ def test_a_learner_from_an_installed_package_s_entry_point(tmp_path, monkeypatch
 
 
 def test_files_written_over_are_written_beside_and_swapped_in(tmp_path):
-    from cory_rl.train.files import write_beside, write_text
+    from cory_rl.train.config.files import write_beside, write_text
 
     target = tmp_path / "config.yaml"
     write_text(target, "old: 1\n")

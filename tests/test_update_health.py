@@ -11,8 +11,8 @@ import cory_env
 from cory_env.checks import SettingError
 from cory_rl.agents.policy import build_policies
 from cory_rl.agents.ppo import PPOAgent, PPOConfig
-from cory_rl.train.health import Band, HealthWatch
-from cory_rl.train.loop import play_batch
+from cory_rl.train.core.health import Band, HealthWatch
+from cory_rl.train.training.loop import play_batch
 from tests.conftest import make_tiny_lm
 from tests.test_ppo_agent import target_task
 
@@ -128,7 +128,7 @@ def test_health_reads_each_agent_and_skips_what_is_not_an_update():
 
 
 def test_a_run_says_its_updates_were_unhealthy(tiny_model_dir, tmp_path, capsys):
-    from cory_rl.train.run import run_training
+    from cory_rl.train.training.run import run_training
     from tests.conftest import tiny_config
 
     sick = {"mini_batch_size": 4, "ppo_epochs": 4, "learning_rate": 5e-2}
@@ -153,7 +153,7 @@ def test_a_run_says_its_updates_were_unhealthy(tiny_model_dir, tmp_path, capsys)
 
 
 def test_the_tuning_rule_picks_the_best_healthy_value_and_the_smaller_of_a_tie():
-    from cory_rl.train.tuning import Pilot, pick
+    from cory_rl.train.analysis.tuning import Pilot, pick
 
     def pilot(algorithm, value, healthy, score):
         return Pilot(Path("x"), algorithm, value, healthy, "", score)

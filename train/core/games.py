@@ -1,0 +1,78 @@
+"""A config's game and how learners play it: shared by training, evaluation and play."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from cory_env import BatchedTextGame
+from cory_rl.agents.base import Learner
+from cory_rl.train.config.train_config import TrainConfig
+
+
+def make_game(
+    config: TrainConfig,
+    tokenizers: Any,
+    *,
+    task: Any = None,
+    task_settings: dict[str, Any] | None = None,
+    group_size: int | None = None,
+    batch_size: int | None = None,
+) -> BatchedTextGame:
+    """The batched game of a config; ``tokenizers`` is one tokenizer or one per seat.
+
+    Evaluation plays the same game on its own terms: another ``task_settings`` (the held-out
+    split), or a ``task`` already built, with its own ``group_size`` and ``batch_size``."""
+    settings: dict[str, Any] = (
+        {}
+        if task is not None
+        else dict(config.task_settings if task_settings is None else task_settings)
+    )
+    game = dataclasses.asdict(config.game)
+    if group_size is not None:
+        game["group_size"] = group_size
+    settings.update({k: v for k, v in game.items() if v is not None})  # None: the task's
+    return BatchedTextGame(
+        config.task if task is None else task,
+        batch_size=config.batch_size if batch_size is None else batch_size,
+        tokenizer=tokenizers,
+        **settings,
+    )
+
+
+def play_games(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
+    """Play the current batch of games to the end (evaluation stops here: nothing is kept).
+
+    A learner that has ``turn_over()`` hears when the game moves on from its turn (a
+    sharded learner frees the weights it gathered for the turn)."""
+    acting = None
+    while not game.done:
+        agent = game.agent_selection
+        if agent != acting:
+            _turn_over(learners, acting)
+            acting = agent
+        game.step(learners[agent].act(game.observe(agent)), agent=agent)
+    _turn_over(learners, acting)
+
+
+def _turn_over(learners: dict[str, Learner], agent: str | None) -> None:
+    turn_over = getattr(learners[agent], "turn_over", None) if agent is not None else None
+    if turn_over is not None:
+        turn_over()
+
+
+def batch_samples(game: BatchedTextGame, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` games of the batch: query, then each role's answer, score and reward."""
+    roles = game.roles
+    out = []
+    for b in range(min(n, game.batch_size)):
+        sample: dict[str, Any] = {"query": game.queries[b].text}
+        for agent in game.agents_by_role:
+            sample[roles[agent]] = {
+                "agent": agent,
+                "response": game.responses[agent][b],
+                "score": float(game.scores[agent][b]),
+                "reward": float(game.rewards[agent][b]),
+            }
+        out.append(sample)
+    return out
