@@ -1,8 +1,8 @@
-"""The learner protocol: what any player of the game (LLM or not) must offer the loop.
+"""The learner interface: what any player of the game (LLM or not) offers the loop.
 
-The training loop and evaluation talk to learners through these six methods only, so any
-learner can take any seat of ``cory_env``'s batched game. One *rollout* is one batch of
-B games::
+The training loop and evaluation talk to learners through :class:`Learner` only (six
+required methods, and optional capabilities with defaults), so any learner can take any
+seat of ``cory_env``'s batched game. One *rollout* is one batch of B games::
 
     game.reset()
     while not game.done:
@@ -24,30 +24,42 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 
-@runtime_checkable
-class Learner(Protocol):
-    """A seat-agnostic learner; the role comes in ``obs["role"]`` (0 = pioneer)."""
+class Learner:
+    """A seat-agnostic learner; the role comes in ``obs["role"]`` (0 = pioneer).
 
+    Subclass it: the six methods below are required (they raise until defined), and the
+    optional capabilities after them have defaults that do nothing, as TRL's
+    ``TrainerCallback`` hooks do. A learner overrides only the capabilities it has; the
+    training loop, evaluation, checkpoints and engines call every one of them and never ask
+    whether a learner has a method.
+    """
+
+    # ------------------------------------------------------------------ required
     def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
         """One token id per game (shape ``(B,)``) for a batched observation."""
+        raise NotImplementedError(f"{type(self).__name__} must define act()")
 
     def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
         """The batch of games ended: this seat's final observation and rewards ``(B,)``."""
+        raise NotImplementedError(f"{type(self).__name__} must define end_rollout()")
 
     def learn(self) -> dict[str, float]:
         """Update from what was collected since the last call; return scalar statistics."""
+        raise NotImplementedError(f"{type(self).__name__} must define learn()")
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, writer: Any = None) -> None:
         """Write everything needed to resume into the folder ``path``.
 
-        A learner may also take a keyword ``writer`` (an ``agents.state_io.WriteQueue``)
-        and queue its file writes there (``state_io.save_tensors``/``save_json`` take it):
-        the loop then writes the checkpoint in the background while the next rollout
-        plays. Without it, the learner's files are written during the call.
+        ``writer`` (a ``cory_rl.agents.state_io.WriteQueue``, or None) may take the file
+        writes: ``state_io.save_tensors``/``save_json`` queue them there, and the loop
+        writes the checkpoint in the background while the next rollout plays. A learner
+        may ignore it and write its files during the call.
         """
+        raise NotImplementedError(f"{type(self).__name__} must define save()")
 
     def load(self, path: Path) -> None:
         """Restore what :meth:`save` wrote."""
+        raise NotImplementedError(f"{type(self).__name__} must define load()")
 
     def turn_stats(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Per-game statistics of this seat's last turn, for evaluation (``{}`` if none).
@@ -57,9 +69,48 @@ class Learner(Protocol):
         last token, which the MoE baseline uses to pick an answer); each of shape (B,).
         ``obs`` is the seat's final observation (its ``num_generated`` masks the turn).
         """
+        raise NotImplementedError(f"{type(self).__name__} must define turn_stats()")
+
+    # ------------------------------------------------------------------ optional capabilities
+    sharding: Any = None
+    """The FSDP2 sharding of this learner's policy (``agents/sharding.py``); None = whole on
+    every process. Sharded learners make every process evaluate and save together."""
+
+    can_restart: bool = False
+    """Whether :meth:`restart` is defined (``restart_on_exchange`` needs it on every seat)."""
+
+    takes_engine: bool = False
+    """Whether :meth:`attach_engine` is defined (a vLLM engine plays such a seat's turns)."""
+
+    def turn_over(self) -> None:
+        """The game moved on from this seat's turn (a sharded learner frees its weights)."""
+
+    def discard_turn(self) -> None:
+        """Let the finished turn go: a batch the loop played for another seat's dynamic
+        sampling, which this seat does not learn from."""
+
+    def wants_more(self) -> bool:
+        """Dynamic sampling: whether this seat wants another batch before it learns."""
+        return False
+
+    def restart(self) -> None:
+        """A fresh optimiser and KL state at a role exchange (``can_restart``)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot restart (can_restart False)")
+
+    def attach_engine(self, engine: Any, eos_token_id: int) -> None:
+        """Take whole turns from a rollout engine (``takes_engine``)."""
+        raise NotImplementedError(f"{type(self).__name__} takes no engine (takes_engine False)")
+
+    def process_rng(self) -> dict[str, Any]:
+        """This process's own random streams, saved per process by a checkpoint."""
+        return {}
+
+    def load_process_rng(self, states: dict[str, Any]) -> None:
+        """Restore what :meth:`process_rng` returned."""
 
 
-PROTOCOL_METHODS = ("act", "end_rollout", "learn", "save", "load", "turn_stats")
+REQUIRED_METHODS = ("act", "end_rollout", "learn", "save", "load", "turn_stats")
+"""What a :class:`Learner` subclass must define."""
 
 
 @runtime_checkable
@@ -81,7 +132,7 @@ class Exportable(Protocol):
         """Write the policy into the new folder ``path``; ``merge`` folds LoRA adapters in."""
 
 
-class RandomLearner:
+class RandomLearner(Learner):
     """Uniformly random tokens; a baseline and a check that the loop is learner-agnostic."""
 
     def __init__(self, vocab_size: int, seed: int = 0) -> None:
@@ -98,7 +149,7 @@ class RandomLearner:
     def learn(self) -> dict[str, float]:
         return {}
 
-    def save(self, path: Path) -> None:
+    def save(self, path: Path, writer: Any = None) -> None:
         Path(path).mkdir(parents=True, exist_ok=True)
         np.save(Path(path) / "rng.npy", np.array([self.rollouts]))
 

@@ -48,6 +48,7 @@ from torch import nn
 
 from cory_env import checks
 from cory_rl.agents import state_io
+from cory_rl.agents.base import Learner
 from cory_rl.agents.policy import PolicyWithValue
 from cory_rl.agents.ppo import PPOAgent, PPOConfig, make_ppo_agent
 from cory_rl.agents.registry import Seat, register_learner
@@ -62,6 +63,8 @@ class ElasticResetConfig(PPOConfig):
     """PPO's settings plus the EMA decay and the reset period (defaults: the rebuttal's)."""
 
     ema_decay: float = 0.995
+    """Decay of the EMA of the policy's weights, updated after every ``learn()``:
+    ``ema = decay * ema + (1 - decay) * online``."""
     reset_freq: int = 17
     """Reset every this many ``learn()`` calls (iterations)."""
 
@@ -103,10 +106,11 @@ def elastic_reset_(
         ema[name].copy_(initial[name])
 
 
-class ElasticReset:
+class ElasticReset(Learner):
     """A PPO learner with Elastic Reset (a :class:`agents.base.Learner`; module doc)."""
 
     name = "elastic_reset"
+    takes_engine = True
 
     def __init__(self, agent: PPOAgent, ema_decay: float, reset_freq: int) -> None:
         agent.name = self.name  # its checkpoint says which learner wrote it

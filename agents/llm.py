@@ -24,6 +24,7 @@ import torch
 from cory_env import checks
 from cory_rl.agents import engine_correction as ec
 from cory_rl.agents import ppo_math as pm
+from cory_rl.agents.base import Learner
 from cory_rl.agents.engine import RolloutEngine
 from cory_rl.agents.llm_acting import Acting
 from cory_rl.agents.llm_engine_seat import EngineSeat
@@ -46,6 +47,7 @@ class LLMConfig:
     scaling and the optimiser's batches (defaults: CORY's IMDB settings)."""
 
     learning_rate: float = 1.41e-5
+    """Adam's learning rate."""
     mini_batch_size: int = 16
     """Answers per optimiser step."""
     gradient_accumulation_steps: int = 1
@@ -55,22 +57,46 @@ class LLMConfig:
     micro-batch is computed in chunks whose gradients add up to its own exactly. A
     memory and speed setting only."""
     max_grad_norm: float | None = None
+    """Clip each optimiser step's gradients to this total norm; None = no clipping (then,
+    where nothing accumulates, Adam steps inside the backward pass: ``agents/update.py``)."""
     target_kl: float | None = None
     """Stop an update's epochs at the first mini-batch whose ``approx_kl`` (per token, to
     the acting policy) exceeds 1.5x this; None = take every step (``agents/update.py``)."""
     kl_estimator: str = "full"
     """``full``: exact full-vocabulary KL; or a sampled estimator: k1, k3, abs, mse."""
     adaptive_kl: bool = True
+    """Adapt the KL coefficient to hold the KL to the reference near ``kl_target`` (Ziegler
+    et al. 2019, TRL 0.7's controller); false keeps ``init_kl_coef`` fixed."""
     init_kl_coef: float = 0.3
+    """The coefficient of the penalty on the KL to the frozen reference (GRPO's and RLOO's
+    ``beta``), its starting value under ``adaptive_kl``; 0 with a fixed coefficient skips
+    the reference pass."""
     kl_target: float = 6.0
+    """With ``adaptive_kl``: the KL to the reference (summed over an answer's tokens,
+    averaged over the batch) the controller steers towards."""
     kl_horizon: int = 10000
+    """With ``adaptive_kl``: the controller's horizon in answers; an update moves the
+    coefficient by at most a factor of 1 +- 0.2 x (answers in the batch) / this."""
     whiten_advantages: bool = True
+    """Standardise the advantages over the batch (PPO and RLOO: mean 0, std 1; REINFORCE:
+    divided by their std only); GRPO scales its own (``scale_rewards``)."""
     score_scaling: bool = True
+    """Divide the rewards the game paid by their running std before learning (TRL 0.7's
+    ``use_score_scaling``)."""
     score_norm: bool = True
+    """With ``score_scaling``: also subtract the rewards' running mean (TRL 0.7's
+    ``use_score_norm``); without it, no effect."""
     score_clip: float | None = None
+    """Clamp the (scaled) rewards to [-score_clip, score_clip], with or without scaling;
+    None = no clamp (TRL 0.7's ``score_clip``)."""
     temperature: float = 1.0
+    """Sampling temperature: the logits are divided by it before sampling (1 = the model's
+    own distribution)."""
     top_k: int = 0
+    """Sample from the this many likeliest tokens only; 0 = off."""
     top_p: float = 1.0
+    """Nucleus sampling: sample from the fewest likeliest tokens whose probability reaches
+    this; 1 = off."""
     repetition_penalty: float = 1.0
     """Sampling penalty on tokens already in the context (the official scripts: 1.1)."""
     engine_correction: bool = True
@@ -156,7 +182,7 @@ class Probe:
         yield
 
 
-class LLMLearner(Acting, EngineSeat, ReferenceAndKL, SavedState):
+class LLMLearner(Acting, EngineSeat, ReferenceAndKL, SavedState, Learner):
     """An LLM playing one seat (a :class:`agents.base.Learner`); subclasses add ``learn``.
 
     ``has_critic = False`` freezes the value head: acting still computes it and checkpoints
@@ -168,6 +194,8 @@ class LLMLearner(Acting, EngineSeat, ReferenceAndKL, SavedState):
     name = "llm"
     """The registered name, written into the agent's checkpoint."""
     has_critic = True
+    can_restart = True
+    takes_engine = True
 
     def __init__(
         self,

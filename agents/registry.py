@@ -3,9 +3,9 @@
 ::
 
     @register_learner("mine", config=MyConfig)   # config: a dataclass, or None
-    class MyLearner:
+    class MyLearner(Learner):
         def __init__(self, seat: Seat) -> None: ...
-        # act, end_rollout, learn, save, load, turn_stats (agents.base.Learner)
+        # act, end_rollout, learn, save, load, turn_stats (cory_rl.agents.base.Learner)
 
 The run builds one learner per seat: ``Seat`` carries the seat's name, its validated
 hyper-parameters (``seat.settings``), its tokenizer, and for LLM learners the shared
@@ -25,10 +25,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cory_env.checks import SettingError, deprecated, free_name
+from cory_env.checks import SettingError, free_name
 from cory_env.plugins import LEARNERS, load_plugins
 from cory_rl import agents
-from cory_rl.agents.base import PROTOCOL_METHODS, Learner
+from cory_rl.agents.base import REQUIRED_METHODS, Learner
 
 
 @dataclass
@@ -55,12 +55,6 @@ class Seat:
     max_new_tokens: int | None = None
     """The longest answer the game allows (its budget's top; Dr. GRPO's normaliser)."""
 
-    @property
-    def models(self) -> Any:
-        """The old name of :attr:`model_pool`, still read (with a note)."""
-        deprecated("Seat.models is now Seat.model_pool")
-        return self.model_pool
-
 
 @dataclass(frozen=True)
 class LearnerSpec:
@@ -77,8 +71,9 @@ _REGISTRY: dict[str, LearnerSpec] = {}
 _DISCOVERED = False
 
 
-def _missing_methods(obj: Any) -> list[str]:
-    return [m for m in PROTOCOL_METHODS if not callable(getattr(obj, m, None))]
+def _missing_methods(cls: type) -> list[str]:
+    """The required methods ``cls`` leaves as :class:`Learner`'s (which raise)."""
+    return [m for m in REQUIRED_METHODS if getattr(cls, m, None) in (None, getattr(Learner, m))]
 
 
 def register_learner(
@@ -92,19 +87,25 @@ def register_learner(
 
     ``config`` is the dataclass of its hyper-parameters (``validate()`` is called if it has
     one); ``check(run_config)`` may refuse a game the learner cannot play. A class that
-    lacks a protocol method is refused here, at import, not mid-run; so is a name another
-    learner holds, unless ``replace=True`` (as tasks are registered).
+    is not a :class:`Learner` or leaves a required method undefined is refused here, at
+    import, not mid-run; so is a name another learner holds, unless ``replace=True`` (as
+    tasks are registered).
     """
     if config is not None and not dataclasses.is_dataclass(config):
         raise TypeError(f"learner {name!r}: config must be a dataclass, got {config!r}")
 
     def wrap(factory: Callable[[Seat], Learner]) -> Callable[[Seat], Learner]:
         if isinstance(factory, type):
+            if not issubclass(factory, Learner):
+                raise TypeError(
+                    f"learner {name!r} ({factory.__qualname__}) is not a Learner: subclass "
+                    "cory_rl.agents.base.Learner (agents/base.py)"
+                )
             missing = _missing_methods(factory)
             if missing:
                 raise TypeError(
-                    f"learner {name!r} ({factory.__qualname__}) does not implement the "
-                    f"Learner protocol: it lacks {missing} (see agents/base.py)"
+                    f"learner {name!r} ({factory.__qualname__}) does not define the Learner "
+                    f"methods {missing} (see agents/base.py)"
                 )
         free_name(_REGISTRY, name, factory, "learner", replace, lambda spec: spec.factory)
         doc = (factory.__doc__ or "").strip().splitlines()
@@ -173,10 +174,15 @@ def learner_settings(name: str, shared: Mapping[str, Any], own: Mapping[str, Any
 def build_learner(name: str, seat: Seat) -> Learner:
     """Call the factory of ``name`` and check that what it returns is a learner."""
     learner = learner_spec(name).factory(seat)
-    missing = _missing_methods(learner)
-    if missing or not isinstance(learner, Learner):
+    if not isinstance(learner, Learner):
+        raise TypeError(
+            f"learner {name!r} for {seat.agent} returned {type(learner).__name__}, which is "
+            "not a Learner: subclass cory_rl.agents.base.Learner (agents/base.py)"
+        )
+    missing = _missing_methods(type(learner))
+    if missing:
         raise TypeError(
             f"learner {name!r} for {seat.agent} returned {type(learner).__name__}, which "
-            f"lacks the Learner methods {missing} (see agents/base.py)"
+            f"does not define the Learner methods {missing} (see agents/base.py)"
         )
     return learner

@@ -11,6 +11,7 @@ import pytest
 
 import cory_env
 from cory_env.checks import SettingError
+from cory_rl.agents.base import Learner
 from cory_rl.agents.registry import Seat, available_learners, register_learner
 from cory_rl.train.commands.train_flags import parse_args
 from cory_rl.train.core.build import build_game_and_learners
@@ -97,11 +98,20 @@ def test_group_baselines_refuse_a_game_without_groups(tiny_model_dir, tmp_path, 
             tiny_config(tiny_model_dir, tmp_path, algorithm=name, group_size=1)
 
 
-def test_a_learner_class_without_the_protocol_is_refused_at_registration():
-    with pytest.raises(TypeError, match=r"lacks \['learn', 'save', 'load', 'turn_stats'\]"):
+def test_a_learner_class_without_the_required_methods_is_refused_at_registration():
+    with pytest.raises(TypeError, match="not a Learner"):
+
+        @register_learner("duck")
+        class Duck:
+            def act(self, obs):
+                return obs
+
+    with pytest.raises(
+        TypeError, match=r"does not define the Learner methods \['learn', 'save', 'load', 'turn"
+    ):
 
         @register_learner("half")
-        class Half:
+        class Half(Learner):
             def act(self, obs):
                 return obs
 
@@ -137,7 +147,7 @@ def test_a_factory_that_returns_no_learner_is_refused(tiny_model_dir, tmp_path):
         config = tiny_config(
             tiny_model_dir, tmp_path / "run", learners={"llm_0": "ppo", "llm_1": "broken"}
         )
-        with pytest.raises(TypeError, match="lacks the Learner methods"):
+        with pytest.raises(TypeError, match="not a Learner: subclass"):
             build_game_and_learners(config)
     finally:
         from cory_rl.agents import registry
@@ -233,3 +243,25 @@ def test_moe_evaluation_keeps_the_answer_with_the_higher_value(tiny_model_dir, t
         assert moe[-game.batch_size :] == game.scores[winner].tolist()
         loser = "llm_1" if winner == "llm_0" else "llm_0"
         assert game.scores[winner].tolist() != game.scores[loser].tolist()
+
+
+def test_train_calls_learners_through_the_declared_interface_only():
+    """No ``hasattr``/``getattr`` on a Learner attribute's name anywhere in train/: every
+    capability the loop, evaluation, checkpoints and engines use is declared in Learner."""
+    import ast
+
+    declared = {name for name in dir(Learner) if not name.startswith("_")}
+    root = Path(__file__).resolve().parents[1] / "train"
+    probes = []
+    for file in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("hasattr", "getattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in declared
+            ):
+                probes.append(f"{file.relative_to(root)}:{node.lineno} {node.args[1].value}")
+    assert not probes, probes

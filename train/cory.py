@@ -6,7 +6,12 @@ python train/cory.py --preset paper-imdb          # GPT2-Large, one GPU
 python train/cory.py --resume runs/cory-imdb-...  # continue a run
 """
 
-from cory_rl.train.commands.train import main
+import sys
+
+from cory_rl.train.config import allocator
 
 if __name__ == "__main__":
+    allocator.relaunch_for(sys.argv[1:])  # first: a re-execution then repeats no import
+    from cory_rl.train.commands.train import main
+
     main("cory")

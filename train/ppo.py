@@ -4,7 +4,12 @@ python train/ppo.py --preset smoke
 python train/ppo.py --preset cpu
 """
 
-from cory_rl.train.commands.train import main
+import sys
+
+from cory_rl.train.config import allocator
 
 if __name__ == "__main__":
+    allocator.relaunch_for(sys.argv[1:])  # first: a re-execution then repeats no import
+    from cory_rl.train.commands.train import main
+
     main("ppo")

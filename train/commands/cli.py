@@ -9,10 +9,15 @@ dependencies (``cory-compare`` needs no torch).
 
 from __future__ import annotations
 
+import sys
+
 
 def train() -> None:
     """``cory-train [--algorithm NAME] ...``: the training scripts as one command. The
     algorithm defaults to ``cory``; a resumed run keeps its own."""
+    from cory_rl.train.config import allocator
+
+    allocator.relaunch_for(sys.argv[1:])  # first: a re-execution then repeats no import
     from cory_rl.train.commands.train import main
 
     main("cory")

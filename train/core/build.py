@@ -179,7 +179,7 @@ def attach_engines(
     engines: dict[str, RolloutEngine] = {}
     seats = {agent: resolve(seat_models[agent]) for agent in learners}
     for agent, learner in learners.items():
-        if not hasattr(learner, "attach_engine"):
+        if not learner.takes_engine:
             continue  # not an LLM learner: it acts as it does
         model = seats[agent]
         if model not in engines and config.vllm_mode == "server":

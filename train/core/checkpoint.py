@@ -19,7 +19,6 @@ and ``checkpoint.tmp`` (a crash at any step leaves one of them) and moves it int
 
 from __future__ import annotations
 
-import inspect
 import os
 import random
 import shutil
@@ -64,16 +63,12 @@ def _process_state(game: BatchedTextGame, learners: dict[str, Learner]) -> dict:
         "numpy_rng": [numpy_state[0], numpy_state[1].tolist(), *numpy_state[2:]],
         "python_rng": [python_state[0], list(python_state[1]), python_state[2]],
         "torch_rng": torch.get_rng_state().tolist(),
-        "learner_rng": {
-            agent: learner.process_rng()
-            for agent, learner in learners.items()
-            if hasattr(learner, "process_rng")
-        },
+        "learner_rng": {agent: learner.process_rng() for agent, learner in learners.items()},
     }
 
 
 def _sharded(learner: Learner) -> bool:
-    return getattr(learner, "sharding", None) is not None
+    return learner.sharding is not None
 
 
 def save_checkpoint(
@@ -173,10 +168,7 @@ def _queue_writes(
     tmp.mkdir(parents=True)
     writes = state_io.WriteQueue()
     for agent, learner in learners.items():
-        if "writer" in inspect.signature(learner.save).parameters:
-            learner.save(tmp / agent, writer=writes)
-        else:
-            learner.save(tmp / agent)
+        learner.save(tmp / agent, writer=writes)
     rng = {f"torch.{p}": torch.tensor(s.pop("torch_rng"), dtype=torch.uint8)
            for p, s in enumerate(states)}  # fmt: skip
     for p, s in enumerate(states):
@@ -215,12 +207,6 @@ def find_checkpoint(run_path: Path) -> Path:
         folder = run_path / name
         if _complete(folder):
             return folder
-        if (folder / "state.pt").exists():
-            raise state_io.invalid(
-                folder / "state.pt",
-                "a pickled checkpoint of an older version; pickles can run code, so they "
-                "are never loaded",
-            )
     raise FileNotFoundError(
         f"{run_path} has no complete checkpoint to resume from; start a new run instead"
     )
@@ -292,7 +278,7 @@ def load_checkpoint(
             prefix, suffix = f"learner.{agent}.", f".{own}"
             streams = {k[len(prefix) : -len(suffix)]: t for k, t in rng.items()
                        if k.startswith(prefix) and k.endswith(suffix)}  # fmt: skip
-            if streams and hasattr(learner, "load_process_rng"):  # older checkpoints: none
+            if streams:
                 learner.load_process_rng(streams)
         iteration = int(state["iteration"])
     except (KeyError, TypeError, ValueError, RuntimeError) as err:

@@ -56,9 +56,8 @@ def play_games(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
 
 
 def _turn_over(learners: dict[str, Learner], agent: str | None) -> None:
-    turn_over = getattr(learners[agent], "turn_over", None) if agent is not None else None
-    if turn_over is not None:
-        turn_over()
+    if agent is not None:
+        learners[agent].turn_over()
 
 
 def batch_samples(game: BatchedTextGame, n: int) -> list[dict[str, Any]]:

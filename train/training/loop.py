@@ -41,22 +41,16 @@ def play_extra_batches(game: BatchedTextGame, learners: dict[str, Learner]) -> i
     ``agents/dynamic_sampling.py``); the others let those turns go (``discard_turn``) and
     learn from the first batch. The number of extra batches played."""
     extra = 0
-    while wanting := [a for a, learner in learners.items() if _wants_more(learner)]:
+    while wanting := [a for a, learner in learners.items() if learner.wants_more()]:
         game.reset()
         play_games(game, learners)
         for agent, learner in learners.items():
-            discard = getattr(learner, "discard_turn", None)
-            if agent in wanting or discard is None:
+            if agent in wanting:
                 learner.end_rollout(game.observe(agent), game.rewards[agent])
             else:
-                discard()
+                learner.discard_turn()
         extra += 1
     return extra
-
-
-def _wants_more(learner: Learner) -> bool:
-    wants_more = getattr(learner, "wants_more", None)
-    return bool(wants_more()) if wants_more is not None else False
 
 
 def reset_peak_memory() -> None:
@@ -131,7 +125,7 @@ def train(
     processes = processes or Processes()
     restarts, exchange_period = config.restart_on_exchange, game.settings.role_exchange_period
     if restarts:
-        lacking = [a for a, learner in learners.items() if not hasattr(learner, "restart")]
+        lacking = [a for a, learner in learners.items() if not learner.can_restart]
         if lacking:
             raise SettingError(
                 f"restart_on_exchange: the learners of {lacking} have no restart(); "
@@ -171,7 +165,7 @@ def train(
 
     # The main process evaluates and the others go on; sharded, every process plays the
     # evaluation (each forward gathers weights from all of them) and the main one writes.
-    sharded = any(getattr(learner, "sharding", None) is not None for learner in learners.values())
+    sharded = any(learner.sharding is not None for learner in learners.values())
     if config.eval_every and evaluations is not None and (main or sharded):
         along = evaluations(run_path)
         along.writes = main
