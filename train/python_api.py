@@ -1,9 +1,9 @@
-"""The Python API that ``cory_rl`` offers (``from cory_rl import make_config, train, ...``).
+"""The Python API that ``cory_rl`` offers (``from cory_rl import make_config, ...``).
 
-    from cory_rl import evaluate, export, make_config, train
+    from cory_rl import evaluate, export, make_config, run_training
 
     config = make_config("smoke", algorithm="cory", run_dir="runs/api")
-    run = train(config)                       # the run folder (metrics, samples, checkpoint)
+    run = run_training(config)                # the run folder (metrics, samples, checkpoint)
     report = evaluate(run, max_queries=4)     # the fixed held-out set; writes eval.json/.md
     export(run, "exported/api")               # Hugging Face folders, one per agent
 
@@ -11,7 +11,8 @@
 preset < file < the keywords you give); ``TrainConfig`` is the config itself, each field
 documented. The game is ``cory_env`` (``cory_env.text_game``); learners are
 ``cory_rl.agents``. It imports from every layer of ``cory_rl.train``; only ``cory_rl``
-imports it.
+imports it. Training is ``run_training``, not ``train``: ``cory_rl.train`` is the package
+that holds it, and a function of that name would shadow the package.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from cory_rl.train.config.train_config import TrainConfig
 from cory_rl.train.core.run_folder import RunDirectory
 from cory_rl.train.evaluation.evaluator import evaluate_run
 from cory_rl.train.publish.export import export_run
-from cory_rl.train.training.run import run_training
+from cory_rl.train.training import run
 
-__all__ = ["TrainConfig", "evaluate", "export", "make_config", "train"]
+__all__ = ["TrainConfig", "evaluate", "export", "make_config", "run_training"]
 
 
 def make_config(
@@ -41,10 +42,10 @@ def make_config(
     return build_config(preset, config_file=file, overrides=settings, algorithm=algorithm)
 
 
-def train(config: TrainConfig, resume: str | Path | None = None) -> RunDirectory | None:
+def run_training(config: TrainConfig, resume: str | Path | None = None) -> RunDirectory | None:
     """Train ``config`` (or continue the run folder ``resume``); its run folder, or None
     where there was nothing left to do."""
-    return run_training(config, Path(resume) if resume is not None else None)
+    return run.run_training(config, Path(resume) if resume is not None else None)
 
 
 def _path(run: RunDirectory | str | Path) -> Path:

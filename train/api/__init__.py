@@ -1,8 +1,8 @@
 """cory_rl: CORY, PPO and their relatives on your own models, from one import.
 
-    from cory_rl import evaluate, export, make_config, train
+    from cory_rl import evaluate, export, make_config, run_training
 
-    run = train(make_config("smoke", algorithm="cory", run_dir="runs/api"))
+    run = run_training(make_config("smoke", algorithm="cory", run_dir="runs/api"))
     evaluate(run, max_queries=4)
     export(run, "exported/api")
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["TrainConfig", "evaluate", "export", "make_config", "train"]
+__all__ = ["TrainConfig", "evaluate", "export", "make_config", "run_training"]
 
 
 def __getattr__(name: str) -> Any:
