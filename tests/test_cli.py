@@ -38,7 +38,14 @@ def test_a_command_runs_its_scripts_main_and_returns_none(command, monkeypatch):
         calls.append(args)
         return ["what the script made"]
 
+    from cory_rl.train.config import allocator
+
+    # cory-train settles the allocator first: here that would re-execute pytest itself
+    monkeypatch.setattr(allocator, "relaunch_for", lambda flags: calls.append("allocator"))
     monkeypatch.setattr(importlib.import_module(MAINS[command]), "main", main)
     module, function = SCRIPTS[command].split(":")
     assert getattr(importlib.import_module(module), function)() is None
-    assert calls == [("cory",)] if command == "cory-train" else calls == [()]
+    if command == "cory-train":
+        assert calls == ["allocator", ("cory",)]
+    else:
+        assert calls == [()]

@@ -10,16 +10,19 @@ from pathlib import Path
 from typing import Any
 
 from cory_env import checks
-from cory_env.core import GAME_SETTINGS
+from cory_env.core import GAME_SETTINGS, GameSettings
+from cory_rl.agents.registry import available_learners, learner_spec
 from cory_rl.train.commands.parser import ArgumentParser
-from cory_rl.train.config.algorithms import ALGORITHMS
-from cory_rl.train.config.presets import PRESETS
-from cory_rl.train.config.resolve import (
-    all_learner_settings,
-    build_config,
-    load_config_file,
-    parse_yaml,
+from cory_rl.train.config.algorithms import ALGORITHMS, algorithm_defaults
+from cory_rl.train.config.field_docs import (
+    field_default,
+    field_docs,
+    field_help,
+    help_line,
+    show_default,
 )
+from cory_rl.train.config.presets import PRESETS
+from cory_rl.train.config.resolve import build_config, load_config_file, parse_yaml
 from cory_rl.train.config.train_config import TrainConfig
 
 
@@ -44,31 +47,120 @@ def join_negative_values(argv: list[str]) -> list[str]:
     return out
 
 
+DEFAULTS_NOTE = (
+    "Values are read as YAML (--max_new_tokens '[4, 16]', --task_settings '{{reward: vader}}'). "
+    "The defaults shown are --algorithm {algorithm}'s; --preset, --config and another "
+    "--algorithm layer theirs over them (defaults < algorithm < preset < file < flags)."
+)
+
+
+def _escaped(text: str) -> str:
+    """Help text as argparse reads it (it formats ``%``)."""
+    return text.replace("%", "%%")
+
+
+def learner_configs() -> dict[str, type]:
+    """Every registered learner's settings dataclass, by learner name."""
+    specs = {name: learner_spec(name).config for name in available_learners()}
+    return {name: config for name, config in specs.items() if config is not None}
+
+
+def learner_setting_groups(configs: dict[str, type]) -> dict[tuple[str, ...], list[str]]:
+    """The learner settings, grouped by the learners that have them (those of every
+    learner first), each group in its configs' field order."""
+    owners: dict[str, list[str]] = {}
+    ordered = sorted(configs, key=lambda name: (len(configs[name].__mro__), name))
+    for learner in ordered:
+        for f in dataclasses.fields(configs[learner]):
+            owners.setdefault(f.name, []).append(learner)
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for name, learners in owners.items():
+        groups.setdefault(tuple(learners), []).append(name)
+    return dict(sorted(groups.items(), key=lambda item: -len(item[0])))
+
+
+def learner_setting_help(name: str, learners: tuple[str, ...], configs: dict[str, type],
+                         algorithm: str) -> str:  # fmt: skip
+    """A learner setting's help: its documentation (the algorithm's own learner's first)
+    and its default for this algorithm, per learner where they differ."""
+    algo = ALGORITHMS[algorithm]
+    readers = sorted(learners, key=lambda learner: learner != algo.seat_learner)
+    docs = [field_docs(configs[r]).get(name) for r in readers]
+    defaults: dict[str, list[str]] = {}
+    for learner in readers:
+        value = algo.learner.get(name, field_default(configs[learner], name))
+        text = "none (required)" if value is dataclasses.MISSING else show_default(value)
+        defaults.setdefault(text, []).append(learner)
+    if len(defaults) == 1:
+        shown = next(iter(defaults))
+    else:
+        shown = "; ".join(f"{value} for {', '.join(who)}" for value, who in defaults.items())
+    return help_line(next((doc for doc in docs if doc), ""), shown)  # shown: already text
+
+
 def make_parser(algorithm: str) -> argparse.ArgumentParser:
-    parser = ArgumentParser(description=f"Train with {algorithm.upper()} on cory_env")
-    parser.add_argument("--preset", choices=sorted(PRESETS))
-    parser.add_argument("--config", help="YAML file of settings (e.g. a run's config.yaml)")
-    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
+    """The training command's parser: one flag per setting, each with its field's
+    documentation (``cory_rl.train.config.field_docs``) and its default under ``algorithm``
+    as help."""
+    parser = ArgumentParser(
+        description=f"Train with {algorithm.upper()} on cory_env.",
+        epilog=_escaped(DEFAULTS_NOTE.format(algorithm=algorithm)),
+    )
+    parser.add_argument(
+        "--preset", choices=sorted(PRESETS),
+        help="named settings layered over the algorithm's defaults, from "
+        "cory_rl.train.config.presets (default: None)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--config", help="YAML file of settings, e.g. a run's config.yaml (default: None)"
+    )
+    parser.add_argument(
+        "--resume", metavar="RUN_DIR",
+        help="continue a run from its checkpoint, with its saved config (default: None)",
+    )  # fmt: skip
     parser.add_argument(
         "--algorithm", choices=sorted(ALGORITHMS), default=argparse.SUPPRESS,
-        help=f"the setup to train (default {algorithm}): learners, game and defaults",
+        help=_escaped(field_help(TrainConfig, "algorithm", algorithm)),
     )  # fmt: skip
     parser.add_argument(
         "--import", action="append", dest="import_modules", metavar="MODULE", default=[],
-        help="a module of your own to import first (it registers learners or tasks); repeatable",
+        help="a module of your own to import first (it registers learners or tasks); "
+        "repeatable (default: [])",
     )  # fmt: skip
-    for name in [f.name for f in dataclasses.fields(TrainConfig)] + list(GAME_SETTINGS):
-        if name not in ("algorithm", "game"):
-            parser.add_argument(f"--{name}", type=flag_value, default=argparse.SUPPRESS)
-    parser.add_argument("--game", type=flag_value, default=argparse.SUPPRESS,
-                        help="game settings as a mapping; each also has its own flag")  # fmt: skip
-    for name in sorted(all_learner_settings()):
-        parser.add_argument(
-            f"--{name}", type=flag_value, default=argparse.SUPPRESS, dest=f"learner.{name}"
+    layer = algorithm_defaults(algorithm)
+    game = dataclasses.replace(
+        GameSettings(), **{k: v for k, v in layer.items() if k in GAME_SETTINGS}
+    )
+    run = parser.add_argument_group("run settings (TrainConfig)")
+    for f in dataclasses.fields(TrainConfig):
+        if f.name == "algorithm":
+            continue
+        default = {"game": dataclasses.asdict(game), "learner": layer["learner"]}.get(
+            f.name, field_default(TrainConfig, f.name)
         )
-    # The old name of --learner, still read (with a note).
-    parser.add_argument("--learner_settings", type=flag_value, default=argparse.SUPPRESS,
-                        help=argparse.SUPPRESS)  # fmt: skip
+        run.add_argument(
+            f"--{f.name}", type=flag_value, default=argparse.SUPPRESS,
+            help=_escaped(field_help(TrainConfig, f.name, default)),
+        )  # fmt: skip
+    played = parser.add_argument_group(
+        "game settings (cory_env.core.GameSettings; also the keys of --game)"
+    )
+    for name in GAME_SETTINGS:
+        played.add_argument(
+            f"--{name}", type=flag_value, default=argparse.SUPPRESS,
+            help=_escaped(field_help(GameSettings, name, getattr(game, name))),
+        )  # fmt: skip
+    configs = learner_configs()
+    for learners, names in learner_setting_groups(configs).items():
+        every = len(learners) == len(configs)
+        title = "every learner" if every else ", ".join(sorted(learners))
+        group = parser.add_argument_group(f"learner settings: {title} (also the keys of --learner)")
+        for name in names:
+            group.add_argument(
+                f"--{name}", type=flag_value, default=argparse.SUPPRESS, dest=f"learner.{name}",
+                metavar=name.upper(),
+                help=_escaped(learner_setting_help(name, learners, configs, algorithm)),
+            )  # fmt: skip
     return parser
 
 

