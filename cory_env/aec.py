@@ -29,8 +29,9 @@ def check_one_game(settings: GameSettings) -> None:
 class TextGameEnv(AECEnv):
     """Sequential text game: each agent answers token by token, in role order.
 
-    Rewards arrive when the last agent finishes; then every agent is terminated and
-    steps once with ``None``, as in any PettingZoo AEC env.
+    Rewards arrive when a paid round ends (the last, or every one with
+    ``pay_every_round``); when the last round ends every agent is terminated and steps once
+    with ``None``, as in any PettingZoo AEC env.
     """
 
     metadata = {
@@ -70,6 +71,20 @@ class TextGameEnv(AECEnv):
     def action_space(self, agent: str):  # noqa: D102
         return self.game.action_space(agent)
 
+    @property
+    def state_space(self):  # noqa: D102 - PettingZoo's name
+        return self.game.state_space()
+
+    def state(self) -> np.ndarray:
+        """The query and every answer so far as token ids (``BatchedTextGame.state``); the
+        same as text in ``state_text()``. A centralised critic reads it (docs/multi_round.md)."""
+        self._require("state()")
+        return self.game.state()[0]
+
+    def state_text(self) -> dict[str, Any]:
+        self._require("state_text()")
+        return self.game.state_text()[0]
+
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         self.game.reset(seed=seed, options=options)
         self._has_reset = True
@@ -80,6 +95,7 @@ class TextGameEnv(AECEnv):
         self.truncations = {a: False for a in self.agents}
         self.infos = {a: self._info(a) for a in self.agents}
         self.agent_selection = self.game.agent_selection
+        self._turns_seen = 0
 
     def observe(self, agent: str) -> dict[str, Any]:
         self._require("observe()")
@@ -94,7 +110,7 @@ class TextGameEnv(AECEnv):
 
     def _info(self, agent: str) -> dict[str, Any]:
         info = self.game.info(agent)
-        return {
+        out = {
             "role": info["role"],
             "roles": info["roles"],
             "episode": info["episode"],
@@ -103,6 +119,12 @@ class TextGameEnv(AECEnv):
             "responses": {a: texts[0] for a, texts in info["responses"].items()},
             "scores": {a: float(s[0]) for a, s in info["scores"].items()},
         }
+        if "round" in info:  # several rounds: which round, and what each round paid whom
+            out["round"] = info["round"]
+            out["turn_rewards"] = {
+                a: [float(r[0]) for r in paid] for a, paid in info["turn_rewards"].items()
+            }
+        return out
 
     def last(self, observe: bool = True) -> tuple[Any, float, bool, bool, dict[str, Any]]:
         self._require("last()", live=True)
@@ -125,15 +147,20 @@ class TextGameEnv(AECEnv):
             raise ValueError(
                 f"action for {agent} must be one token id (a scalar), got shape {np.shape(action)}"
             )
+        paid = len(self.game.turn_rewards[agent])
         self.game.step(np.asarray([action]), agent=agent)
         self._cumulative_rewards[agent] = 0.0
+        self.rewards = {a: 0.0 for a in self.agents}
+        if len(self.game.turn_rewards[agent]) > paid:  # a round ended: each agent's pay
+            for a in self.agents:
+                self.rewards[a] = float(self.game.turn_rewards[a][-1][0])
         if self.game.done:
             for a in self.agents:
-                self.rewards[a] = float(self.game.rewards[a][0])
                 self.terminations[a] = True
             self.infos = {a: self._info(a) for a in self.agents}
-        elif self.game.agent_selection != agent:
+        elif len(self.game.turns) > self._turns_seen:  # a turn ended: new responses
             self.infos = {a: self._info(a) for a in self.agents}
+        self._turns_seen = len(self.game.turns)
         self.agent_selection = self.game.agent_selection
         self._accumulate_rewards()
         if self.render_mode == "human":

@@ -12,6 +12,14 @@ EOS or at the episode's token budget, and the agent's turn ends when all rows ha
 When the last role finishes, each answer is scored by the task's reward function (one
 batched call) and agent i receives ``s_i + lam * sum(s_others)`` (with ``reward_norm``,
 each agent's scores are first standardised over the batch).
+
+With ``rounds`` > 1 the agents answer again, round after round, in the same role order; an
+answer after the first round sees, through the task's template, the latest answers of the
+others that ``sees`` allows (``previous``: the one answered just before it, which for the
+pioneer is the last role's of the round before) and its own last answer, oldest first.
+Every round is scored and paid (``pay_every_round``), or only the last (the earlier turns
+earn through the learner's discount). An episode has ``n_agents * rounds`` turns of at
+most the budget each, so it always ends.
 """
 
 from __future__ import annotations
@@ -47,6 +55,21 @@ def role_name(role: int, n_agents: int) -> str:
 
 SEES = ("previous", "all", "none")
 """Values of the ``sees`` setting: who a later agent sees."""
+MAX_ROUNDS = 64
+"""The turn cap: at most this many rounds, so that every episode ends."""
+
+
+@dataclass(frozen=True)
+class TurnRecord:
+    """One turn of an episode: who answered, in which round and role, and what."""
+
+    turn: int
+    round: int
+    role: int
+    agent: str
+    responses: list[str]
+    tokens: list[np.ndarray]
+    """Each row's answer as token ids of the agent's tokenizer."""
 
 
 @dataclass(frozen=True)
@@ -75,6 +98,9 @@ class GameSettings:
       a batch of equal scores is just centred, i.e. 0) before mixing them with ``lam``, as
       the rebuttal did when comparing lam values. ``scores`` keep the raw task scores;
       only ``rewards`` are normalised.
+    - ``rounds``: how many times every agent answers, in role order (1: CORY's game).
+    - ``pay_every_round``: score and pay every round's answers, each agent ``r_self + lam *
+      sum(r_others)`` within its round; false: only the last round's (the default).
     """
 
     n_agents: int = 2
@@ -85,6 +111,8 @@ class GameSettings:
     sees: str = "previous"
     group_size: int = 1
     reward_norm: bool = False
+    rounds: int = 1
+    pay_every_round: bool = False
 
     def __post_init__(self) -> None:
         checks.plain_numbers(self)  # 2.0 agents is 2, lam 1 is 1.0
@@ -101,6 +129,9 @@ class GameSettings:
         checks.integer(self.group_size, "group_size", minimum=1, where=where,
                        hint="times each query is played in one batch")  # fmt: skip
         checks.boolean(self.reward_norm, "reward_norm", where=where)
+        checks.integer(self.rounds, "rounds", minimum=1, maximum=MAX_ROUNDS, where=where,
+                       hint="times every agent answers in an episode; 1 = CORY's game")  # fmt: skip
+        checks.boolean(self.pay_every_round, "pay_every_round", where=where)
         if self.context_length is not None:
             checks.integer(self.context_length, "context_length", minimum=2, where=where)
         if self.max_new_tokens is not None:
@@ -400,8 +431,17 @@ class BatchedTextGame:
         self._generated = np.zeros((n, B), dtype=np.int64)
         self.active = np.zeros(B, dtype=bool)
         self.responses: dict[str, list[str]] = {}
+        """Each agent's latest answer per row."""
         self.scores: dict[str, np.ndarray] = {}
+        """Each agent's raw task scores of the latest round scored."""
         self.rewards: dict[str, np.ndarray] = {a: np.zeros(B) for a in self.possible_agents}
+        """Each agent's reward over the episode so far (the sum of its turns' rewards)."""
+        self.turn_rewards: dict[str, list[np.ndarray]] = {a: [] for a in self.possible_agents}
+        """Each agent's reward per turn (one (B,) array per round it answered): 0 for a round
+        not paid."""
+        self.turns: list[TurnRecord] = []
+        """The turns played so far, in order."""
+        self._query_ids: np.ndarray | None = None
         self._turn = 0
         self._start_turn()
 
@@ -433,16 +473,27 @@ class BatchedTextGame:
         return rows["queries"], rows["budgets"]
 
     @property
+    def n_turns(self) -> int:
+        """Turns in an episode: every agent once per round."""
+        return self.n_agents * self.settings.rounds
+
+    @property
+    def round(self) -> int:
+        """The round being played (the last one once the game is done)."""
+        self._require_started("round")
+        return min(self._turn, self.n_turns - 1) // self.n_agents
+
+    @property
     def done(self) -> bool:
-        """Whether every agent has answered (the rewards are then set)."""
+        """Whether every agent has answered in every round (the rewards are then set)."""
         self._require_started("done")
-        return self._turn >= self.n_agents
+        return self._turn >= self.n_turns
 
     @property
     def agent_selection(self) -> str:
         """The acting agent (the last agent once the game is done)."""
         self._require_started("agent_selection")
-        return self.possible_agents[self._order[min(self._turn, self.n_agents - 1)]]
+        return self.possible_agents[self._order[min(self._turn, self.n_turns - 1) % self.n_agents]]
 
     def seen_roles(self, role: int) -> list[int]:
         """The roles whose answers ``role``'s prompt shows (the ``sees`` setting)."""
@@ -451,13 +502,34 @@ class BatchedTextGame:
             return []
         return [role - 1] if sees == "previous" else list(range(role))
 
-    def _start_turn(self) -> None:
-        i = self._order[self._turn]
-        role = self._turn
-        # "none": every agent answers alone, with the pioneer's prompt.
-        prompt_role = 0 if self.settings.sees == "none" else role
+    def _seen_answers(self, role: int) -> list[list[str]]:
+        """The answers ``role``'s prompt shows this turn, oldest first: in the first round the
+        earlier roles' that ``sees`` allows; later, the latest answer of each other role
+        ``sees`` allows (``previous``: the role just before, cyclically) and its own."""
         by_role = self.agents_by_role
-        earlier = [self.responses[by_role[r]] for r in self.seen_roles(role)]
+        if self._turn < self.n_agents:
+            return [self.responses[by_role[r]] for r in self.seen_roles(role)]
+        n, sees = self.n_agents, self.settings.sees
+        if sees == "previous":
+            others = [(role - 1) % n] if n > 1 else []
+        else:
+            others = [] if sees == "none" else [r for r in range(n) if r != role]
+        seen = [*others, role]
+        # a role before this one answered this round; one after it (or itself), the last round
+        seen.sort(key=lambda r: (r < role, r))
+        return [self.responses[by_role[r]] for r in seen]
+
+    def _start_turn(self) -> None:
+        role = self._turn % self.n_agents
+        i = self._order[role]
+        earlier = self._seen_answers(role)
+        # "none": every agent answers alone, with the pioneer's prompt (in the first round);
+        # a prompt that shows answers is a later role's.
+        if self._turn < self.n_agents:
+            prompt_role = 0 if self.settings.sees == "none" else role
+        else:
+            prompt_role = max(role, 1)
+        self._generated[i] = 0
         prompts = [
             self.task.prompt(prompt_role, q, [answers[b] for answers in earlier])
             for b, q in enumerate(self.queries)
@@ -487,7 +559,7 @@ class BatchedTextGame:
         acting = self.agent_selection
         if agent is not None and agent != acting:
             raise ValueError(f"step for agent {agent!r}, but it is the turn of {acting!r}")
-        i = self._order[self._turn]
+        i = self._order[self._turn % self.n_agents]
         tokens = self._check_actions(acting, i, actions)
         rows = np.flatnonzero(self.active)
         self._ids[i, rows, self._length[i, rows]] = tokens[rows]
@@ -532,14 +604,25 @@ class BatchedTextGame:
             for b in range(self.batch_size)
         ]
         self.responses[agent] = tok.batch_decode(generated, skip_special_tokens=True)
+        role = self._turn % self.n_agents
+        tokens = [ids.copy() for ids in generated]  # the agent's next prompt overwrites them
+        self.turns.append(TurnRecord(self._turn, self._turn // self.n_agents, role, agent,
+                                     self.responses[agent], tokens))  # fmt: skip
         self._turn += 1
-        if self._turn < self.n_agents:
+        round_over = self._turn % self.n_agents == 0
+        if round_over:
+            last = self._turn == self.n_turns
+            self._pay(scored=last or self.settings.pay_every_round)
+        if self._turn < self.n_turns:
             self._start_turn()
-        else:
-            self._score()
 
-    def _score(self) -> None:
-        """One batched reward call for all answers, then (normalise and) mix with ``lam``."""
+    def _pay(self, scored: bool) -> None:
+        """The round is over: score it (one batched reward call for all answers), then
+        (normalise and) mix with ``lam``; a round not scored pays 0."""
+        if not scored:
+            for a in self.possible_agents:
+                self.turn_rewards[a].append(np.zeros(self.batch_size))
+            return
         order = self.possible_agents
         queries = self.queries * self.n_agents
         responses = [r for a in order for r in self.responses[a]]
@@ -548,9 +631,12 @@ class BatchedTextGame:
         mixed = np.stack([standardise(r) for r in raw]) if self.settings.reward_norm else raw
         total = mixed.sum(axis=0)
         lam = self.settings.lam
+        first = not self.scores
         for k, a in enumerate(order):
             self.scores[a] = raw[k]
-            self.rewards[a] = mixed[k] + lam * (total - mixed[k])
+            paid = mixed[k] + lam * (total - mixed[k])
+            self.turn_rewards[a].append(paid)
+            self.rewards[a] = paid if first else self.rewards[a] + paid
 
     # ----------------------------------------------------------------- views
     def observe(self, agent: str) -> dict[str, np.ndarray]:
@@ -572,10 +658,11 @@ class BatchedTextGame:
         }
 
     def info(self, agent: str) -> dict[str, Any]:
-        """What a learner or a log wants besides the observation: texts, roles, scores."""
+        """What a learner or a log wants besides the observation: texts, roles, scores, and
+        with several rounds the round and each agent's reward per round so far."""
         i = self.possible_agents.index(self._check_agent(agent))
         self._require_started("info()")
-        return {
+        info = {
             "role": role_name(self._role_of[i], self.n_agents),
             "roles": self.roles,
             "episode": self.episode,
@@ -584,3 +671,53 @@ class BatchedTextGame:
             "responses": dict(self.responses),
             "scores": dict(self.scores),
         }
+        if self.settings.rounds > 1:
+            info["round"] = self.round
+            info["turn_rewards"] = {a: list(r) for a, r in self.turn_rewards.items()}
+        return info
+
+    # ----------------------------------------------------------------- global state
+    def state_space(self) -> spaces.Box:
+        """One game's global state: a row of token ids for the query, then one per turn, each
+        left-aligned and filled with -1 (no token); ids are each agent's own tokenizer's."""
+        high = max(self._vocab) - 1
+        return spaces.Box(-1, high, (1 + self.n_turns, self.context_length), np.int64)
+
+    def state(self) -> np.ndarray:
+        """The global state of every game, ``(B, 1 + n_turns, context_length)``: the query
+        (the pioneer seat's tokens, its last ``context_length``) and every answer so far;
+        turns not played yet are -1. :meth:`state_text` is the same as text."""
+        self._require_started("state()")
+        B, L = self.batch_size, self.context_length
+        out = np.full((B, 1 + self.n_turns, L), -1, dtype=np.int64)
+        if self._query_ids is None:
+            encoded = self.tokenizers[0]([q.text for q in self.queries])["input_ids"]
+            self._query_ids = out[:, 0].copy()
+            for b, ids in enumerate(encoded):
+                ids = ids[-L:]
+                self._query_ids[b, : len(ids)] = ids
+        out[:, 0] = self._query_ids
+        for record in self.turns:
+            for b, ids in enumerate(record.tokens):
+                out[b, 1 + record.turn, : len(ids)] = ids
+        return out
+
+    def state_text(self) -> list[dict[str, Any]]:
+        """The global state as text, one dict per game: the query and every turn so far."""
+        self._require_started("state_text()")
+        return [
+            {
+                "query": q.text,
+                "turns": [
+                    {
+                        "turn": t.turn,
+                        "round": t.round,
+                        "role": t.role,
+                        "agent": t.agent,
+                        "text": t.responses[b],
+                    }
+                    for t in self.turns
+                ],
+            }  # fmt: skip
+            for b, q in enumerate(self.queries)
+        ]
