@@ -168,15 +168,3 @@ def plain_numbers(settings: Any) -> None:
             )
             if integral:  # a numpy integer, an integral float such as 1e3
                 object.__setattr__(settings, f.name, int(value))
-
-
-_NOTED: set[str] = set()
-
-
-def deprecated(note: str) -> None:
-    """Say once per process, on one line of stderr, that an old name was read as its new one."""
-    import sys
-
-    if note not in _NOTED:
-        _NOTED.add(note)
-        print(f"note: {note}", file=sys.stderr)

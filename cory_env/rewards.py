@@ -148,9 +148,9 @@ RewardCallable = RewardFn
 
 
 def make_reward(name_or_callable: str | RewardCallable, timeout_s: float = 60.0) -> RewardCallable:
-    """A reward from a short name, a user's ``module:function``, a reward server's
-    ``http://HOST:PORT/PATH`` (``timeout_s`` per batch), a classifier id/path (contains
-    "/"), or a callable."""
+    """A reward from a short name, a user's ``file.py:function`` or ``module:function``, a
+    reward server's ``http://HOST:PORT/PATH`` (``timeout_s`` per batch), a classifier
+    id/path (contains "/"), or a callable."""
     if callable(name_or_callable):
         return name_or_callable
     name = name_or_callable
@@ -165,8 +165,8 @@ def make_reward(name_or_callable: str | RewardCallable, timeout_s: float = 60.0)
     if isinstance(name, str) and "/" in name:
         return ClassifierSentimentReward(model=name)
     raise SettingError(
-        f"unknown reward {name!r}; use one of {list(REWARD_NAMES)}, module:function (your "
-        "own batched function), http://HOST:PORT/PATH (a reward server), a Hugging Face "
-        "classifier id or local path containing '/', or a callable "
+        f"unknown reward {name!r}; use one of {list(REWARD_NAMES)}, file.py:function or "
+        "module:function (your own batched function), http://HOST:PORT/PATH (a reward "
+        "server), a Hugging Face classifier id or local path containing '/', or a callable "
         "reward_fn(queries, responses) -> scores"
     )

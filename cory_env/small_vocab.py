@@ -127,7 +127,7 @@ class ArithScriptedPlayer:
     ``0..wrong_max`` (with the right one left out), then EOS; it spells the plan one
     character per step. A prompt it cannot evaluate gets a random wrong-or-right number.
 
-    ``act(obs)`` takes a batched observation (as :class:`agents.base.Learner` does) and
+    ``act(obs)`` takes a batched observation (as :class:`cory_rl.agents.base.Learner` does) and
     returns one token id per row; ``seed(n)`` reseeds it (the single-seat view calls it on
     a seeded reset).
     """

@@ -1,10 +1,11 @@
 """Rewards a user names on the command line: a function of their own, or a reward server.
 
-``module:function`` imports ``function`` from ``module`` (the working folder first, as
-``python -m`` would, then the installed packages); ``http://HOST:PORT/PATH`` (or https)
-is a server that scores a batch. Either gets the query texts and the responses (and, when
-the queries have gold answers, ``answers``) and returns one score per response; the task
-checks the scores as it checks every reward's (``cory_env/tasks/base.py``).
+``path/to/file.py:function`` loads ``function`` from that file (relative to the working
+folder), ``package.module:function`` imports it as Python finds modules (the installed
+packages, ``PYTHONPATH``); neither changes ``sys.path``. ``http://HOST:PORT/PATH`` (or
+https) is a server that scores a batch. Either gets the query texts and the responses (and,
+when the queries have gold answers, ``answers``) and returns one score per response; the
+task checks the scores as it checks every reward's (``cory_env/tasks/base.py``).
 
 The server protocol: a POST of the JSON object ``{"queries": [...], "responses": [...]}``
 (plus ``"answers"`` when there are any), answered by a JSON list of numbers or an object
@@ -14,20 +15,22 @@ whose ``"scores"`` is one. Only the standard library talks to it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
-import os
 import re
 import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from cory_env.checks import RewardError, RewardOutputError, SettingError
 from cory_env.query import Query
 
-FUNCTION_SPEC = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
-"""``package.module:function``."""
+FUNCTION_SPEC = re.compile(r"(?:[A-Za-z_][\w.]*|.+\.py):[A-Za-z_]\w*")
+"""``package.module:function`` or ``path/to/file.py:function``."""
 DEFAULT_TIMEOUT_S = 60.0
 
 
@@ -66,22 +69,23 @@ def _texts(queries: Sequence[Query]) -> tuple[list[str], dict[str, list[str]]]:
 
 
 class FunctionReward:
-    """``module:function``, imported once, called with texts."""
+    """``package.module:function`` or ``path/to/file.py:function``, loaded once, called
+    with texts."""
 
     def __init__(self, spec: str) -> None:
-        module_name, _, attribute = spec.partition(":")
+        module_name, _, attribute = spec.rpartition(":")
         self.spec = spec
-        folder = os.getcwd()
-        if folder not in sys.path:  # the user's own modules, as `python -m` sees them
-            sys.path.insert(0, folder)
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as err:
-            raise SettingError(
-                f"reward {spec!r}: no module named {err.name!r} in the working folder "
-                f"({folder}) or the installed packages; run from the folder that holds "
-                f"{module_name.replace('.', '/')}.py, or install it"
-            ) from None
+        if module_name.endswith(".py"):
+            module = _load_file(spec, Path(module_name))
+        else:
+            try:
+                module = importlib.import_module(module_name)
+            except ModuleNotFoundError as err:
+                raise SettingError(
+                    f"reward {spec!r}: no module named {err.name!r} among the installed "
+                    "packages or on the Python path; give the file's path instead "
+                    f"({module_name.replace('.', '/')}.py:{attribute}), or install it"
+                ) from None
         fn = getattr(module, attribute, None)
         if fn is None:
             public = sorted(
@@ -100,6 +104,45 @@ class FunctionReward:
     def __call__(self, queries: Sequence[Query], responses: Sequence[str]) -> Any:
         texts, extra = _texts(queries)
         return self.fn(texts, list(responses), **extra)
+
+
+def _load_file(spec: str, path: Path) -> ModuleType:
+    """The module of the file ``path``, kept in ``sys.modules`` under the file's stem as an
+    import keeps a module, so that it runs once per process; a stem that another module
+    already holds is refused."""
+    file = path.resolve()
+    if not file.is_file():
+        raise SettingError(
+            f"reward {spec!r}: no file {str(path)!r} (from the working folder {Path.cwd()}); "
+            "give the path of the Python file that defines the function"
+        )
+    name = file.stem
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        if Path(getattr(loaded, "__file__", None) or "").resolve() == file:
+            return loaded
+        raise SettingError(
+            f"reward {spec!r}: a module named {name!r} is already imported (from "
+            f"{getattr(loaded, '__file__', None) or 'the interpreter'}); rename {path.name}"
+        )
+    module_spec = importlib.util.spec_from_file_location(name, file)
+    if module_spec is None or module_spec.loader is None:
+        raise SettingError(f"reward {spec!r}: {str(path)!r} cannot be loaded as Python")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[name] = module  # as an import does: its dataclasses and pickles look it up
+    try:
+        module_spec.loader.exec_module(module)
+    except ModuleNotFoundError as err:
+        del sys.modules[name]
+        raise SettingError(
+            f"reward {spec!r}: {path.name} imports {err.name!r}, which is neither installed "
+            "nor on the Python path (the file's own folder is not searched); install it, or "
+            "add its folder to PYTHONPATH"
+        ) from None
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 class ServerReward:

@@ -153,10 +153,10 @@ def read_jsonl(path):
 
 
 def user_module(tmp_path, monkeypatch, stem: str, source: str) -> str:
-    """A module of the user's own in a working folder they run from (``tmp_path``, made the
-    working folder); its name, unique to the test, to pass as ``module:function``."""
+    """A file of the user's own in the working folder they run from (``tmp_path``, made the
+    working folder); its stem, unique to the test, the module's name once loaded: pass
+    ``{stem}.py:function``."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))
     name = f"{stem}_{tmp_path.name.replace('-', '_')}"
     (tmp_path / f"{name}.py").write_text(source)
     monkeypatch.delitem(sys.modules, name, raising=False)  # none left by an earlier test

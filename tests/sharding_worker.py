@@ -27,8 +27,8 @@ def seeded_update(config_file: str, out: Path) -> None:
     accelerator = make_accelerator(config)
     game, learners = build_game_and_learners(config, accelerator)
     for i, learner in enumerate(learners.values()):  # the same streams on every process
-        learner.generator.manual_seed(100 + i)
-        learner.shuffle_generator.manual_seed(200 + i)
+        learner.sampler.generator.manual_seed(100 + i)
+        learner.optimisation.shuffle_generator.manual_seed(200 + i)
     game.reset(seed=11)
     play_batch(game, learners)
     before = {a: full_tensors(one.model.policy_state_dict()) for a, one in learners.items()}

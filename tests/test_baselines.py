@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import sys
 
 import numpy as np
 import pytest
@@ -142,14 +141,13 @@ def token_logprobs(agent, rollout):
 def spy_on_gradient_pass(agent, monkeypatch):
     """Record the batch tensors the learner hands the update (``agents/update.py``)."""
     seen = {}
-    module = sys.modules[type(agent).__module__]
-    original = module.minibatch_update
+    original = agent.update
 
-    def spy(learner, data, *args, **kwargs):
+    def spy(data, *args, **kwargs):
         seen.update(data)
-        return original(learner, data, *args, **kwargs)
+        return original(data, *args, **kwargs)
 
-    monkeypatch.setattr(module, "minibatch_update", spy)
+    monkeypatch.setattr(agent, "update", spy)
     return seen
 
 
@@ -170,7 +168,8 @@ def test_reinforce_update_by_hand(tiny_tokenizer, tiny_lm, monkeypatch):
     )
     agent.rollout = ro
     kl = torch.tensor([[0.5, 1.0], [2.0, 0.0]])
-    monkeypatch.setattr(agent, "reference_kl", lambda r: kl * r.mask)
+    unused = torch.zeros_like(kl)  # the reference's log-probs: REINFORCE and RLOO take none
+    monkeypatch.setattr(agent.shaping, "reference_pass", lambda r, watch: (kl * r.mask, unused))
     seen = spy_on_gradient_pass(agent, monkeypatch)
     stats = agent.learn()
     # r_t = -0.1 KL_t, score at the last token: row 0 [-0.05, -0.1 + 1], row 1 [-0.2 + 0]
@@ -243,7 +242,8 @@ def test_rloo_update_by_hand(tiny_tokenizer, tiny_lm, monkeypatch):
     ro = rollout_of(agent, tiny_tokenizer, batch=4, budget=1, group_size=2)
     agent.rollout = ro = dataclasses.replace(ro, rewards=torch.tensor([1.0, 0.0, 0.5, 0.5]))
     kl = torch.tensor([[0.5], [1.0], [0.0], [2.0]])
-    monkeypatch.setattr(agent, "reference_kl", lambda r: kl * r.mask)
+    unused = torch.zeros_like(kl)  # the reference's log-probs: REINFORCE and RLOO take none
+    monkeypatch.setattr(agent.shaping, "reference_pass", lambda r, watch: (kl * r.mask, unused))
     seen = spy_on_gradient_pass(agent, monkeypatch)
     stats = agent.learn()
     # KL in the reward: R = score - 0.1 * sum KL = [0.95, -0.1, 0.5, 0.3]
@@ -266,7 +266,9 @@ def test_grpo_update_by_hand(tiny_tokenizer, tiny_lm, monkeypatch):
     agent.rollout = ro = dataclasses.replace(ro, rewards=torch.tensor([1.0, 0.0, 0.5, 0.5]))
     kl = torch.tensor([[0.5], [1.0], [0.0], [2.0]])
     # The reference gives each sampled token 0.1 less log-prob than the policy.
-    monkeypatch.setattr(agent, "reference_pass", lambda r: (kl * r.mask, r.logprobs - 0.1))
+    monkeypatch.setattr(
+        agent.shaping, "reference_pass", lambda r, watch: (kl * r.mask, r.logprobs - 0.1)
+    )
     seen = spy_on_gradient_pass(agent, monkeypatch)
     stats = agent.learn()
     # group 1: (1 - 0.5) / (sqrt(0.5) + 1e-4) = 0.70700..; group 2 has std 0: advantage 0
@@ -308,7 +310,7 @@ def test_gradient_accumulation_gives_the_mini_batch_gradient(tiny_tokenizer, tin
         [policy], reference = build_policies(tiny_lm, 1)
         extra = {} if cls is ReinforceAgent else {"group_size": 2}
         agent = cls(policy, reference, cfg, tiny_tokenizer.pad_token_id, **extra)
-        agent.steps_in_backward = lambda: False  # keep every gradient until the step
+        agent.optimisation.steps_in_backward = lambda settings: False  # every gradient kept
         if ro is None:  # one rollout for all three, rows of 3, 1, 2 and 3 tokens
             ro = rollout_of(agent, tiny_tokenizer, batch=4, budget=3, group_size=2)
             assert ro.tokens.shape[1] == 3
@@ -372,13 +374,13 @@ def test_a_kl_coefficient_fixed_at_zero_skips_the_reference_and_trains_the_same(
     the pass."""
     cls, config = LEARNERS[name]
     cfg = config(mini_batch_size=4, init_kl_coef=0.0, adaptive_kl=False, learning_rate=1e-3)
-    with_pass = type("WithPass", (cls,), {"needs_reference_pass": True})
     groups = {} if cls is ReinforceAgent else {"group_size": 2}
     agents = []
-    for kind in (cls, with_pass):
+    for _ in range(2):
         [policy], reference = build_policies(copy.deepcopy(tiny_lm), 1)
-        agents.append(kind(policy, reference, cfg, tiny_tokenizer.pad_token_id, **groups))
+        agents.append(cls(policy, reference, cfg, tiny_tokenizer.pad_token_id, **groups))
     skipping, passing = agents
+    passing.shaping.needs_reference_pass = True
     ro = rollout_of(skipping, tiny_tokenizer, batch=4, budget=3, group_size=2)
     ro = dataclasses.replace(ro, rewards=torch.tensor([1.0, 0.0, 0.2, 0.9]))
 

@@ -125,7 +125,8 @@ class Crash(Exception):
 
 
 def crash_at(monkeypatch, step: int) -> list[int]:
-    """Make the ``step``-th rename or delete inside train.checkpoint raise ``Crash``."""
+    """Make the ``step``-th rename or delete inside ``cory_rl.train.core.checkpoint`` raise
+    ``Crash``."""
     calls = [0]
     real_rename, real_rmtree = Path.rename, shutil.rmtree
 

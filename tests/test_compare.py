@@ -84,19 +84,19 @@ def test_runs_group_by_everything_but_the_seed(tmp_path):
     assert comparison.run_folders([tmp_path]) == sorted(paths)
 
 
-def test_a_config_saved_under_older_names_groups_with_today_s(tmp_path):
-    """Runs saved with ``ppo:``/``learner_settings:`` and flat game settings (``lam: 1.0``)
-    group with runs of the same settings saved in today's sections."""
+def test_a_config_written_another_way_groups_with_the_same_settings(tmp_path):
+    """A config with flat game settings (``lam: 1.0``), a default left out and a number of
+    another type (``lora_alpha: 32.0``) groups with the same settings saved in full."""
     import yaml
 
-    new = fake_run(tmp_path / "new", "cory", 0, 0.1, [0.0], 1.0)
-    old = fake_run(tmp_path / "old", "cory", 1, 0.1, [0.0], 1.0)
-    values = yaml.safe_load((old / "config.yaml").read_text())
-    values.update(values.pop("game"), ppo=values.pop("learner"), learner_settings={})
-    del values["rollout_engine"]  # a setting added later: the default's behaviour then
-    values["lora_alpha"] = float(values["lora_alpha"])  # 32.0 as older runs saved it
-    (old / "config.yaml").write_text(yaml.safe_dump(values))
-    groups = comparison.group_runs([comparison.load_run(p) for p in (new, old)])
+    saved = fake_run(tmp_path / "saved", "cory", 0, 0.1, [0.0], 1.0)
+    written = fake_run(tmp_path / "written", "cory", 1, 0.1, [0.0], 1.0)
+    values = yaml.safe_load((written / "config.yaml").read_text())
+    values.update(values.pop("game"))
+    del values["rollout_engine"]  # left out: the default
+    values["lora_alpha"] = float(values["lora_alpha"])  # 32.0 reads as the int 32
+    (written / "config.yaml").write_text(yaml.safe_dump(values))
+    groups = comparison.group_runs([comparison.load_run(p) for p in (saved, written)])
     assert [(g.label, len(g.runs)) for g in groups] == [("cory", 2)]
 
 
@@ -257,11 +257,11 @@ def test_matched_kl_p_values_are_holm_adjusted_over_the_kls(tmp_path):
     assert "p (Holm)" in (out / "matched_kl.md").read_text()
 
 
-def test_an_evaluation_of_the_older_format_is_left_out_with_a_note(tmp_path, capsys):
+def test_an_evaluation_of_another_format_is_refused_naming_the_file(tmp_path):
     run = fake_run(tmp_path / "p0", "ppo", 0, 0.1, [0.0], 1.0)
     (run / "eval.json").write_text(json.dumps({"summary": {}}))
-    assert comparison.load_run(run).evaluation is None
-    assert "older format" in capsys.readouterr().out
+    with pytest.raises(ValueError, match=r"eval\.json: an evaluation of format None, not 2"):
+        comparison.load_run(run)
 
 
 @pytest.mark.parametrize(
@@ -328,29 +328,3 @@ def test_an_answer_checked_task_gets_pass_at_k_along_training(tmp_path):
     fake_run(other / "ppo-0", "ppo", 0, 0.1, [0.1], 0.1, evaluation=(0.3, 1.0))
     compare.compare([other], tmp_path / "out2")
     assert not (tmp_path / "out2" / "pass_at_k.md").exists()
-
-
-def test_pass_at_k_along_training_is_recomputed_per_agent_from_the_answers(tmp_path):
-    """An evaluation that keeps its answers gives pass@k per agent, averaged over agents,
-    whatever its summary says (summaries written before pooled every agent's answers)."""
-    run = fake_run(tmp_path / "cory-0", "cory", 0, 0.1, [0.1, 0.2], 0.1)
-    (run / "evals").mkdir()
-    flat = (0.0,) * 4
-    first, second = fake_answers("trained", 1.0, 1.0, flat), fake_answers("trained", 1.0, 1.0, flat)
-    second["agent"] = ["llm_1"] * len(second["agent"])
-    answers = report.concat(first, second)
-    # both agents answer alike: query 0 right by sample 0 only, the others never
-    answers["reward"] = [
-        float(q == 0 and s == 0) for q, s in zip(answers["query"], answers["sample"], strict=True)
-    ]
-    _, summary = report.summarise(answers, checked=True)
-    summary["trained"]["pioneer"]["pass@k"] = {"1": 0.0, "2": 0.0, "4": 0.0}  # stale
-    (run / "evals" / "updates_000010.json").write_text(json.dumps(
-        {"format": EVAL_FORMAT, "updates": 10, "summary": summary, "answers": answers}
-    ))  # fmt: skip
-    compare.compare([tmp_path], tmp_path / "out", baseline="cory")
-    (row,) = csv.DictReader((tmp_path / "out" / "pass_at_k.csv").open())
-    # each agent: query 0 pass@1 1/2, pass@2 1; queries 1-3 nothing -> 1/8 and 1/4
-    assert float(row["pass@1"]) == pytest.approx(0.125)
-    assert float(row["pass@2"]) == pytest.approx(0.25)
-    assert "pass@4" not in row or row["pass@4"] in ("", None)

@@ -176,24 +176,6 @@ def test_cpu_paper_keeps_each_scripts_own_settings_at_a_cpu_batch(algorithm, kl,
     assert settings.adaptive_kl and config.batch_size / settings.kl_horizon == 256 / 10000
 
 
-def test_a_config_saved_under_the_old_section_names_loads_with_one_note(tmp_path, capsys):
-    """``ppo:`` (every learner's shared settings) and ``learner_settings:`` (the rest), as
-    configs saved before the ``learner`` section hold them, give the same config."""
-    import yaml
-
-    learner = {"learning_rate": 3e-5, "reset_freq": 5}
-    new = build_config("cpu", overrides={"algorithm": "elastic_reset", "learner": learner})
-    old_values = new.to_dict()
-    learner = old_values.pop("learner")
-    old_values["ppo"] = {k: v for k, v in learner.items() if k not in ("ema_decay", "reset_freq")}
-    old_values["learner_settings"] = {"reset_freq": 5}
-    path = tmp_path / "old.yaml"
-    path.write_text(yaml.safe_dump(old_values))
-    assert build_config(config_file=path) == new
-    notes = [line for line in capsys.readouterr().err.splitlines() if "old.yaml" in line]
-    assert len(notes) == 1 and "'ppo' and 'learner_settings'" in notes[0], notes
-
-
 def test_each_seat_takes_its_learner_s_settings_and_a_stray_one_is_refused():
     """A preset's PPO settings are defaults: a REINFORCE run drops those it has no use for.
     A setting given explicitly that no seat's learner has is refused, naming it."""

@@ -48,7 +48,8 @@ def user_folder(tmp_path, monkeypatch):
 @pytest.mark.parametrize("suffix", ["jsonl", "csv", "parquet"])
 def test_a_data_file_and_a_function_of_ones_own(user_folder, suffix):
     folder, module = user_folder
-    settings = {"dataset": f"data.{suffix}", "reward": f"{module}:score", "answer_column": "gold"}
+    reward = f"{module}.py:score"
+    settings = {"dataset": f"data.{suffix}", "reward": reward, "answer_column": "gold"}
     task = cory_env.make_task("custom", **settings)
     # every 5th row is held out: training has 8 of the 10, the test split the other 2
     assert [q.text for q in task.queries] == [p for i, p in enumerate(PROMPTS) if (i + 1) % 5]
@@ -64,15 +65,15 @@ def test_bad_settings_are_refused_in_one_line(user_folder):
     folder, module = user_folder
     make = cory_env.make_task
     with pytest.raises(ValueError, match=r"no column 'text'; its columns are \['prompt', 'gold'\]"):
-        make("custom", dataset="data.jsonl", prompt_column="text", reward=f"{module}:score")
+        make("custom", dataset="data.jsonl", prompt_column="text", reward=f"{module}.py:score")
     with pytest.raises(ValueError, match="no module named 'nowhere'"):
         make("custom", dataset="data.jsonl", reward="nowhere:score")
     with pytest.raises(ValueError, match=r"has no 'scores'; its functions are \['score'\]"):
-        make("custom", dataset="data.jsonl", reward=f"{module}:scores")
+        make("custom", dataset="data.jsonl", reward=f"{module}.py:scores")
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
-        make("custom", dataset="missing.jsonl", reward=f"{module}:score")
+        make("custom", dataset="missing.jsonl", reward=f"{module}.py:score")
     with pytest.raises(ValueError, match="jsonl/.json/.csv/.parquet"):
-        make("custom", dataset="data.xlsx", reward=f"{module}:score")
+        make("custom", dataset="data.xlsx", reward=f"{module}.py:score")
     with pytest.raises(SettingError, match="needs a reward"):
         make("custom", dataset="data.jsonl")
     with pytest.raises(SettingError, match="needs a dataset"):
@@ -158,7 +159,7 @@ def test_trains_from_the_command_line(user_folder, tiny_model_dir):
 
     folder, module = user_folder
     settings = (
-        f"{{dataset: data.csv, reward: '{module}:score', observer_template: 'Again: {{query}}'}}"
+        f"{{dataset: data.csv, reward: '{module}.py:score', observer_template: 'Again: {{query}}'}}"
     )
     config, _ = parse_args(
         ["--preset", "smoke", "--model", tiny_model_dir, "--run_dir", str(folder / "run"),

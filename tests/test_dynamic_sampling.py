@@ -88,7 +88,7 @@ def parity(queries, responses):
 def parity_task(tmp_path, monkeypatch):
     name = user_module(tmp_path, monkeypatch, "parity", REWARD)
     (tmp_path / "q.jsonl").write_text("".join(f'{{"prompt": "query {i}"}}\n' for i in range(20)))
-    yield {"dataset": "q.jsonl", "reward": f"{name}:parity"}
+    yield {"dataset": "q.jsonl", "reward": f"{name}.py:parity"}
     sys.modules.pop(name, None)
 
 

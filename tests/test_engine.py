@@ -114,7 +114,7 @@ def test_an_engine_turn_records_what_acting_would(tiny_tokenizer, tiny_lm):
     torch.testing.assert_close(ep.sample_logprobs[m], ep.logprobs[m])
     torch.testing.assert_close(values[:, :-1][m], ep.values[m], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(logprobs[m], ep.full_logprobs[m], atol=1e-4, rtol=1e-4)
-    stats = agent.engine_stats()
+    stats = agent.engine_seat.stats()
     assert abs(stats["engine/kl"]) < 1e-4 and stats["engine/max_abs_gap"] < 1e-4
 
 
@@ -157,7 +157,7 @@ def test_an_update_reaches_the_engine_before_its_next_turn(tiny_tokenizer, tiny_
     assert moved, "the update did not reach the engine"
     for k, v in engine.lm.state_dict().items():
         assert torch.equal(v, learner_state[k]), k
-    assert abs(agent.engine_stats()["engine/kl"]) < 1e-4  # it samples from the new policy
+    assert abs(agent.engine_seat.stats()["engine/kl"]) < 1e-4  # it samples from the new policy
 
 
 def test_evaluation_with_common_noise_acts_token_by_token(tiny_tokenizer, tiny_lm):
@@ -181,7 +181,7 @@ def test_seats_take_turns_on_one_engine_with_their_own_weights(tiny_tokenizer, t
     play_batch(game, agents)
     assert engine.reloads == 4  # each seat's turn, after each seat's update
     for agent in agents.values():
-        assert abs(agent.engine_stats()["engine/kl"]) < 1e-4
+        assert abs(agent.engine_seat.stats()["engine/kl"]) < 1e-4
 
 
 def test_merged_adapter_weights_equal_peft_s_merge(tiny_tokenizer, tiny_lm):
@@ -279,7 +279,7 @@ def test_a_lora_seat_reaches_the_engine_as_its_adapter_folder(tiny_tokenizer, ti
         (f / "adapter_config.json").is_file() for f in engine.folders
     )
     for agent in agents.values():
-        assert abs(agent.engine_stats()["engine/kl"]) < 1e-4
+        assert abs(agent.engine_seat.stats()["engine/kl"]) < 1e-4
     one, two = (dict(hf_weights(a.model.lm, a.model.adapter)) for a in agents.values())
     q = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(one[q], two[q])  # the two seats' adapters differ after training

@@ -305,7 +305,7 @@ def test_a_server_run_plays_its_turns_from_the_server(tiny_model_dir, tmp_path):
         fake.model, fake.vocab = tiny_model_dir, 40
         game, learners = build_game_and_learners(config)
         learner = learners["llm_0"]
-        assert isinstance(learner.engine, VLLMServerEngine)
+        assert isinstance(learner.engine_seat.engine, VLLMServerEngine)
         game.reset(seed=0)
         play_batch(game, learners)
         assert "/collective_rpc" in fake.paths()  # the weights before the first turn

@@ -39,11 +39,11 @@ def answers(game, learner, engine) -> torch.Tensor:
     """The tokens of one batch of games at seed 0, from the engine or from acting."""
     from cory_rl.train.training.loop import play_batch
 
-    saved = learner.engine
-    learner.attach_engine(engine, learner.eos_token_id)
+    saved = learner.engine_seat.engine
+    learner.attach_engine(engine, learner.engine_seat.eos_token_id)
     game.reset(seed=0)
     play_batch(game, {"llm_0": learner})
-    learner.attach_engine(saved, learner.eos_token_id)
+    learner.attach_engine(saved, learner.engine_seat.eos_token_id)
     rollout = learner.rollout
     return torch.where(rollout.mask.bool(), rollout.tokens, -1)
 
@@ -51,18 +51,18 @@ def answers(game, learner, engine) -> torch.Tensor:
 def greedy_answers_are_the_acting_path_s(game, learner, kind: str) -> None:
     """The engine (of class ``kind``) answers greedily as acting token by token does;
     shared with the server's tests (tests/test_engine_server.py)."""
-    engine = learner.engine
+    engine = learner.engine_seat.engine
     assert type(engine).__name__ == kind
     assert engine.adapters == (learner.model.adapter is not None)  # LoRA: adapter requests
     by_engine, by_acting = answers(game, learner, engine), answers(game, learner, None)
     assert (by_engine >= 0).sum() >= 20
     torch.testing.assert_close(by_engine, by_acting, rtol=0, atol=0)
-    assert abs(learner.engine_stats()["engine/kl"]) < 1e-3
+    assert abs(learner.engine_seat.stats()["engine/kl"]) < 1e-3
 
 
 def an_update_changes_what_it_samples(game, learner) -> None:
     """After updates the engine samples the new weights, never the old ones."""
-    engine = learner.engine
+    engine = learner.engine_seat.engine
     before = answers(game, learner, engine)
     reloads = engine.reloads
     for _ in range(3):  # a large learning rate: greedy answers move

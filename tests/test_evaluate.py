@@ -158,11 +158,11 @@ def test_evaluation_leaves_the_learners_own_random_streams_alone(tiny_model_dir,
     config = tiny_config(tiny_model_dir, tmp_path / "a", "ppo")
     game, learners = build_game_and_learners(config)
     agent = learners["llm_0"]
-    before = agent.generator.get_state().clone()
+    before = agent.sampler.generator.get_state().clone()
     evaluator = Evaluator(config, game.tokenizers, samples=1, batch_size=4, max_queries=4)
     evaluator.play(learners, report.REFERENCE)
-    assert torch_equal(agent.generator.get_state(), before)
-    assert agent.sampling_noise is None  # back on its own stream
+    assert torch_equal(agent.sampler.generator.get_state(), before)
+    assert agent.sampler.noise is None  # back on its own stream
 
 
 def torch_equal(a, b):
@@ -240,11 +240,11 @@ def test_pass_at_k_pooled_over_agents_averages_each_agents_pass_at_k():
                    "entropy": None, "length": 3, "hit_budget": False, "text": "4"}  # fmt: skip
             for column, value in row.items():
                 answers[column].append(value)
-    pooled = report.pass_at_k(answers, np.arange(8))
+    pooled = report.pass_at_k_by_agent(answers, np.arange(8))
     # llm_0: query 0 pass@1 1/2, pass@2 1; query 1 1 and 1 -> 0.75, 1.0
     # llm_1: query 0 1/2 and 1; query 1 0 and 0 -> 0.25, 0.5; mean over the agents:
     assert pooled == {"1": 0.5, "2": 0.75}
-    assert report.pass_at_k(answers, np.arange(4)) == {"1": 0.75, "2": 1.0}
+    assert report.pass_at_k_by_agent(answers, np.arange(4)) == {"1": 0.75, "2": 1.0}
 
 
 def test_paired_difference_is_matched_answer_by_answer_and_averaged_per_query():

@@ -157,7 +157,7 @@ def grpo(tiny_tokenizer, tiny_lm, **settings):
     eos = tiny_tokenizer.eos_token_id
     agent = GRPOAgent(policy, reference, cfg, tiny_tokenizer.pad_token_id, group_size=2,
                       eos_token_id=eos, max_new_tokens=3)  # fmt: skip
-    agent.steps_in_backward = lambda: False  # keep every gradient until the step
+    agent.optimisation.steps_in_backward = lambda settings: False  # every gradient kept
     return agent
 
 

@@ -162,8 +162,8 @@ def test_save_and_load_restore_the_agent(tiny_tokenizer, tiny_lm, tmp_path):
     obs["num_generated"][:] = 0
     fresh = make_agents(tiny_tokenizer, tiny_lm, 1, cfg)["llm_0"]
     fresh.load(tmp_path / "a")
-    assert fresh.kl_ctl.value == agent.kl_ctl.value
-    assert fresh.score_moments.count == agent.score_moments.count
+    assert fresh.shaping.kl_ctl.value == agent.shaping.kl_ctl.value
+    assert fresh.shaping.score_moments.count == agent.shaping.score_moments.count
     np.testing.assert_array_equal(fresh.act(obs), agent.act(obs))
 
 
@@ -447,7 +447,7 @@ def test_a_one_chunk_mini_batch_steps_each_parameter_inside_the_backward(tiny_to
     for clip in (None, 1e9):  # a clip that never clips forces the plain step
         cfg = PPOConfig(mini_batch_size=4, ppo_epochs=2, learning_rate=1e-2, max_grad_norm=clip)
         agent = make_agents(tiny_tokenizer, make_tiny_lm(len(tiny_tokenizer)), 1, cfg)["llm_0"]
-        assert agent.steps_in_backward() == (clip is None)
+        assert agent.optimisation.steps_in_backward(cfg) == (clip is None)
         params = agent.model.trainable_parameters()
         held = gradients_held_at_each_step(params)
         game.reset(seed=0)
@@ -473,11 +473,11 @@ def test_an_agent_s_optimiser_goes_with_it_while_a_weight_lives_on(tiny_tokenize
     )
     cfg = PPOConfig(mini_batch_size=4, ppo_epochs=1)
     agent = make_agents(tiny_tokenizer, make_tiny_lm(len(tiny_tokenizer)), 1, cfg)["llm_0"]
-    assert agent.steps_in_backward()
+    assert agent.optimisation.steps_in_backward(cfg)
     game.reset(seed=0)
     play_batch(game, {"llm_0": agent})
     agent.learn()
-    optimizer = weakref.ref(agent.step_in_backward.torch_optimizer)
+    optimizer = weakref.ref(agent.optimisation.step_in_backward.torch_optimizer)
     assert optimizer().state  # Adam's moments exist
     weight_view = agent.model.trainable_parameters()[0].view(-1)
     del agent, game
@@ -503,7 +503,7 @@ def test_critic_free_learners_step_inside_the_backward_too(tiny_tokenizer, name)
         cfg = config(mini_batch_size=4, learning_rate=1e-2, max_grad_norm=clip)
         [policy], reference = build_policies(make_tiny_lm(len(tiny_tokenizer)), 1)
         agent = cls(policy, reference, cfg, tiny_tokenizer.pad_token_id, seed=0, **extra)
-        assert agent.steps_in_backward() == (clip is None)
+        assert agent.optimisation.steps_in_backward(cfg) == (clip is None)
         params = agent.model.trainable_parameters()
         held = gradients_held_at_each_step(params)
         game.reset(seed=0)

@@ -1,8 +1,10 @@
-"""Reward functions: VADER, a tiny offline classifier, the answer checker, make_reward."""
+"""Reward functions: VADER, a tiny offline classifier, the answer checker, make_reward, a
+user's own function."""
 
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,6 +177,62 @@ def test_make_reward() -> None:
     assert make_reward(mine) is mine
     with pytest.raises(ValueError, match="unknown reward 'sentiment'.*vader.*classifier.*answer"):
         make_reward("sentiment")
+
+
+USER_REWARD = """
+def score(queries, responses):
+    return [float(len(r)) for r in responses]
+"""
+
+
+def test_a_user_s_reward_file_loads_without_touching_sys_path(tmp_path, monkeypatch):
+    """``path/file.py:function`` loads the file itself: ``sys.path`` is the same after, and
+    the module is kept (once per process) under the file's stem."""
+    monkeypatch.chdir(tmp_path)
+    stem = f"own_reward_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / f"{stem}.py").write_text(USER_REWARD)
+    monkeypatch.delitem(sys.modules, stem, raising=False)
+    before = list(sys.path)
+    reward = make_reward(f"sub/{stem}.py:score")
+    assert sys.path == before
+    assert reward([Query("q"), Query("q")], ["ab", "abc"]) == [2.0, 3.0]
+    assert sys.modules[stem].score is reward.fn
+    assert make_reward(f"{tmp_path}/sub/{stem}.py:score").fn is reward.fn  # loaded once
+    sys.modules.pop(stem)
+
+
+def test_a_dotted_module_is_imported_as_python_finds_it(tmp_path, monkeypatch):
+    """``package.module:function`` is found on Python's own path, which the reward leaves
+    alone: a working folder's file not on it is refused, naming the file form."""
+    stem = f"pkg_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / stem).mkdir()
+    (tmp_path / stem / "__init__.py").write_text("")
+    (tmp_path / stem / "rewards.py").write_text(USER_REWARD)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    with pytest.raises(ValueError, match=rf"no module named '{stem}'.*{stem}/rewards\.py:score"):
+        make_reward(f"{stem}.rewards:score")
+    monkeypatch.syspath_prepend(str(tmp_path))  # as PYTHONPATH would
+    before = list(sys.path)
+    assert make_reward(f"{stem}.rewards:score")([Query("q")], ["abcd"]) == [4.0]
+    assert sys.path == before
+    for name in (stem, f"{stem}.rewards"):
+        sys.modules.pop(name, None)
+
+
+def test_a_reward_file_that_is_missing_or_clashes_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"no file 'nowhere\.py'"):
+        make_reward("nowhere.py:score")
+    (tmp_path / "json.py").write_text(USER_REWARD)
+    with pytest.raises(ValueError, match=r"a module named 'json' is already imported.*rename"):
+        make_reward("json.py:score")
+    stem = f"needs_{tmp_path.name.replace('-', '_')}"
+    (tmp_path / f"{stem}.py").write_text("import no_such_package_here\n" + USER_REWARD)
+    with pytest.raises(ValueError, match=r"imports 'no_such_package_here', which is neither"):
+        make_reward(f"{stem}.py:score")
+    assert stem not in sys.modules  # a failed load leaves nothing behind
 
 
 @pytest.mark.parametrize(

@@ -200,7 +200,7 @@ def test_restart_on_exchange_gives_fresh_optimisers_at_each_exchange(
     def recording(self):
         before = len(self.optimizer.state)
         original(self)
-        seen.append((before, self.kl_ctl.value, len(self.optimizer.state)))
+        seen.append((before, self.shaping.kl_ctl.value, len(self.optimizer.state)))
 
     monkeypatch.setattr(LLMLearner, "restart", recording)
     config = tiny_config(tiny_model_dir, tmp_path / "run", iterations=5, role_exchange_period=2,

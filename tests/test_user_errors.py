@@ -96,7 +96,7 @@ def test_a_mistake_in_the_data_or_the_reward_s_name_is_one_line_before_any_model
 ):
     path, module = folder
     with pytest.raises(SystemExit) as exit_:
-        train(path, tiny_model_dir, settings.replace("M:", f"{module}:"))
+        train(path, tiny_model_dir, settings.replace("M:", f"{module}.py:"))
     assert message in one_line(exit_)
     assert not (path / "run" / "config.yaml").exists()
 
@@ -156,9 +156,9 @@ def test_a_reward_that_returns_the_wrong_thing_is_one_line(
 ):
     path, module = folder
     with pytest.raises(SystemExit) as exit_:
-        train(path, tiny_model_dir, f"{{dataset: data.jsonl, reward: '{module}:{function}'}}")
+        train(path, tiny_model_dir, f"{{dataset: data.jsonl, reward: '{module}.py:{function}'}}")
     text = one_line(exit_)
-    assert message in text and f"reward function {module}:{function}" in text
+    assert message in text and f"reward function {module}.py:{function}" in text
 
 
 def test_a_reward_that_raises_mid_run_leaves_a_checkpoint_that_resumes(
@@ -168,10 +168,10 @@ def test_a_reward_that_raises_mid_run_leaves_a_checkpoint_that_resumes(
     source = REWARDS.replace("FAIL_AT_CALL = None", "FAIL_AT_CALL = 3")  # the third batch's
     module = user_module(path, monkeypatch, "failing", source)
     with pytest.raises(SystemExit) as exit_:
-        train(path, tiny_model_dir, f"{{dataset: data.jsonl, reward: '{module}:score'}}",
+        train(path, tiny_model_dir, f"{{dataset: data.jsonl, reward: '{module}.py:score'}}",
               "--iterations", "4", "--checkpoint_every", "1")  # fmt: skip
     text = one_line(exit_)
-    assert f"reward function {module}:score raised KeyError" in text
+    assert f"reward function {module}.py:score raised KeyError" in text
     saved = json.loads((path / "run" / "checkpoint" / "state.json").read_text())
     assert saved["iteration"] == 1  # both finished iterations are on disk
     sys.modules[module].FAIL_AT_CALL = None  # the user mends their function, then resumes

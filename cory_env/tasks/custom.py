@@ -1,9 +1,10 @@
 """A task from the command line: a user's data file and a reward named by text.
 
 ``--task custom --task_settings "{dataset: prompts.jsonl, prompt_column: prompt, reward:
-my_rewards:score}"`` reads the queries from a local JSONL, JSON, CSV or Parquet file
+my_rewards.py:score}"`` reads the queries from a local JSONL, JSON, CSV or Parquet file
 through ``datasets``, and scores answers with ``reward``: a built-in name (``vader``,
-``answer``), ``module:function`` or ``http://HOST:PORT/PATH`` (``cory_env/user_rewards.py``).
+``answer``), ``file.py:function``, ``module:function`` or ``http://HOST:PORT/PATH``
+(``cory_env/user_rewards.py``).
 Every 5th row is held out for evaluation (``split: test``), as for the packaged openings.
 """
 
@@ -157,12 +158,13 @@ def make_custom_task(
     if dataset is None:
         raise checks.SettingError(
             f'{WHERE} needs a dataset: --task_settings "{{dataset: prompts.jsonl, '
-            'prompt_column: prompt, reward: my_module:my_reward}"'
+            'prompt_column: prompt, reward: my_rewards.py:score}"'
         )
     if reward is None:
         raise checks.SettingError(
-            f"{WHERE} needs a reward: a built-in name (vader, answer), module:function "
-            "(your batched (queries, responses) -> scores) or http://HOST:PORT/PATH"
+            f"{WHERE} needs a reward: a built-in name (vader, answer), file.py:function or "
+            "module:function (your batched (queries, responses) -> scores) or "
+            "http://HOST:PORT/PATH"
         )
     dataset = checks.text(str(dataset), "dataset", where=WHERE)
     prompt_column = checks.text(prompt_column, "prompt_column", where=WHERE)

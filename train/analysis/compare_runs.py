@@ -1,5 +1,5 @@
-"""A comparison of runs (``compare``): seeds grouped, learning curves, held-out
-trajectories, tests per comparison; the command is ``python train/compare.py``. Runs
+"""A comparison of runs: seeds grouped, learning curves, held-out trajectories, tests per
+comparison; the command is ``python train/compare.py`` (``cory-compare``). Runs
 whose configs differ only in ``seed`` (and ``run_dir``) form one group. It writes:
 
 * ``curves-agents.png`` / ``curves-roles.png``: training reward, KL and ``r - eta*KL`` per

@@ -61,9 +61,9 @@ def run_folders(paths: list[Path]) -> list[Path]:
 
 
 def load_run(path: Path) -> Run:
-    # Resolved as a run's config is everywhere: older names read under today's, numbers
-    # in their declared types (a lora_alpha saved as 32.0 is 32), and a setting added
-    # after the run was saved at its default, whose behaviour the run had.
+    # Resolved as a run's config is everywhere: numbers in their declared types (a
+    # lora_alpha saved as 32.0 is 32), and a setting added after the run was saved at its
+    # default, whose behaviour the run had.
     config = load_run_config(path).to_dict()
     has_metrics = results.exists(path / "metrics.jsonl")
     return Run(

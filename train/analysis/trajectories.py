@@ -13,7 +13,6 @@ from cory_rl.train.core.run_folder import (
     evaluations_along,
 )
 from cory_rl.train.evaluation import inference
-from cory_rl.train.evaluation import report as eval_report
 
 COLLAPSE = ("distinct_2_pooled", "repetitive", "repetitive_words", "entropy")
 """Collapse indicators compared at matched KL besides the reward."""
@@ -29,19 +28,6 @@ def trajectory(run: Run, point: str, quantity: str = "reward") -> list[tuple[int
     return out
 
 
-def _pass_at_k(
-    evaluation: dict[str, Any], model: str, point: str, cell: dict[str, Any]
-) -> dict[str, float]:
-    """pass@k of one model at ``point`` recomputed from the evaluation's answers (so that
-    evaluations summarised before pass@k was per agent read the same); the summary's
-    where the answers are not kept."""
-    answers = evaluation.get("answers")
-    if not answers:
-        return cell["pass@k"]
-    rows = eval_report.point_rows(answers, model, point)
-    return eval_report.pass_at_k(answers, rows) if len(rows) else cell["pass@k"]
-
-
 def pass_at_k_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
     """Per run and evaluation along training of an answer-checked task: the updates, the
     held-out KL and pass@k at ``point`` for every k the evaluation reports."""
@@ -49,14 +35,13 @@ def pass_at_k_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
     for group in groups:
         for run in group.runs:
             for evaluation in evaluations_along(run.path):
-                for model, numbers in evaluation.get("summary", {}).items():
+                for numbers in evaluation.get("summary", {}).values():
                     cell = numbers.get(point) or {}
                     if cell.get("pass@k"):
                         rows.append({
                             "group": group.label, "seed": run.config.get("seed"),
                             "updates": evaluation["updates"], "kl": cell.get("kl"),
-                            **{f"pass@{k}": v for k, v in
-                               _pass_at_k(evaluation, model, point, cell).items()},
+                            **{f"pass@{k}": v for k, v in cell["pass@k"].items()},
                         })  # fmt: skip
     return rows
 
@@ -94,8 +79,8 @@ def matched_kl_rows(
         tests: dict[str, float | None] = {}
         for q in COLLAPSE:
             values = at(group, kl, q)
-            compared = group is not baseline and values and base[q]  # runs of older
-            test = inference.welch_test(values, base[q]) if compared else None  # evals: none
+            compared = group is not baseline and values and base[q]  # an indicator that
+            test = inference.welch_test(values, base[q]) if compared else None  # runs lack: none
             means[q] = float(np.mean(values)) if values else None
             tests[f"{q}_p"] = test["p"] if test else None
         return {**means, **tests}

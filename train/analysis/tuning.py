@@ -7,8 +7,7 @@ number (default ``pioneer/score``) over the pilot's last ``last`` iterations; a 
 ``tie`` of the best loses to a smaller one. Held-out evaluations play no part, so the
 comparison that follows is not tuned on what it measures.
 
-    python -m cory_rl.train.analysis.tuning PILOTS --setting learning_rate [--by pioneer/score]
-        [--last 10] [--tie 0.01]
+    cory-tune PILOTS --setting learning_rate [--by pioneer/score] [--last 10] [--tie 0.01]
 """
 
 from __future__ import annotations

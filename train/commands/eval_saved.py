@@ -1,6 +1,6 @@
 """Held-out evaluations of model folders saved along a run made elsewhere, as a run folder.
 
-python -m cory_rl.train.commands.eval_saved SAVED --like RUN --seed 0 --out DIR
+cory-eval-saved SAVED --like RUN --seed 0 --out DIR
 
 ``SAVED`` holds ``updates_<n>/llm_<i>`` plain model folders (what the official loop of
 the peers writes with ``--save_every``). Each ``updates_<n>`` is played on the held-out set

@@ -132,7 +132,7 @@ def _comparable(values: dict[str, Any]) -> dict[str, Any]:
 
 def check_same_config(path: Path, wanted: Any) -> None:
     """A folder of this sweep must hold a run of this grid point's config. The saved config
-    is read as a run reads it, so one saved under older setting names still matches."""
+    is read as a run reads it (defaults filled in, numbers in their declared types)."""
     saved = _comparable(load_run_config(path).to_dict())
     want = _comparable(wanted.to_dict())
     differ = sorted(k for k in set(saved) | set(want) if saved.get(k) != want.get(k))

@@ -51,33 +51,14 @@ def parse_yaml(text: str, source: str = "") -> Any:
         raise checks.SettingError(f"{source}{where}: not valid YAML ({problem})") from None
 
 
-DEPRECATED_SECTIONS = ("ppo", "learner_settings")
-"""Older names of the ``learner`` section, still read: ``ppo`` held every learner's shared
-settings, ``learner_settings`` the others."""
-
-
-def upgraded(values: dict[str, Any]) -> dict[str, Any]:
-    """Saved config values under today's names (the old sections merged into ``learner``),
-    unchecked: for tools that read a run's settings without building its config."""
-    values = dict(values)
-    learner: dict[str, Any] = {}
-    for old in (*DEPRECATED_SECTIONS, "learner"):
-        section = values.pop(old, None)
-        if isinstance(section, dict):
-            learner.update(section)
-    game = {k: values.pop(k) for k in list(values) if k in GAME_SETTINGS}
-    game.update(values.pop("game", None) or {})
-    return {**values, "game": game, "learner": learner}
-
-
 def _merge(
     config: TrainConfig, values: dict[str, Any], source: str, optional: set[str]
 ) -> TrainConfig:
     """``config`` with ``values`` layered on top. ``optional`` collects the learner settings
-    that may belong to no seat's learner (an algorithm's or a preset's defaults, an old
-    section): those are dropped for a run whose learners lack them, not refused."""
+    that may belong to no seat's learner (an algorithm's or a preset's defaults): those are
+    dropped for a run whose learners lack them, not refused."""
     known = {f.name for f in dataclasses.fields(TrainConfig)} | set(GAME_SETTINGS)
-    unknown = sorted(set(values) - known - set(DEPRECATED_SECTIONS))
+    unknown = sorted(set(values) - known)
     misplaced = [k for k in unknown if k in all_learner_settings()]
     if misplaced:
         raise checks.SettingError(
@@ -105,21 +86,10 @@ def _merge(
         config = dataclasses.replace(
             config, game=dataclasses.replace(config.game, **{**game, **flat})
         )
-    learner = dict(config.learner)
-    old_names = [old for old in DEPRECATED_SECTIONS if old in values]
-    for old in old_names:
-        section = values.pop(old) or {}
-        if not isinstance(section, dict):
-            raise checks.fail(old, "a mapping of learner settings", section, source)
-        learner.update(section)
-        optional.update(section)
-    if old_names:
-        sections = " and ".join(f"'{old}'" for old in old_names)
-        checks.deprecated(f"{source}: {sections} are now the 'learner' section (read as it)")
     section = values.pop("learner", None) or {}
     if not isinstance(section, dict):
         raise checks.fail("learner", "a mapping of learner settings", section, source)
-    learner.update(section)
+    learner = {**config.learner, **section}
     optional.difference_update(section)
     return dataclasses.replace(config, **values, learner=learner)
 

@@ -7,8 +7,8 @@ the batch and the reward curve no longer says what the algorithm does. The learn
 both per agent (``<agent>/<learner>/approx_kl``, ``.../clipfrac``); this module reads the
 rows and says when too many updates were outside the band, and what moves them back.
 
-``python -m cory_rl.train.core.health RUN_OR_FOLDER ...`` prints the health of every run found there
-(run folders or compact results, ``cory_rl.train.core.results``).
+``cory-health RUN_OR_FOLDER ...`` (``cory_rl.train.commands.health``) prints the health of
+every run found there (run folders or compact results, ``cory_rl.train.core.results``).
 """
 
 from __future__ import annotations

@@ -156,8 +156,8 @@ def evaluations_along(path: Path) -> list[dict[str, Any]]:
 
 def final_evaluation(path: Path) -> dict[str, Any] | None:
     """The run's last held-out evaluation: ``eval.json``, else the last of ``evals/`` (of a
-    run folder or its compact results); None where there is none, or (with a note) where it
-    is of an older format."""
+    run folder or its compact results); None where there is none. A file of another format
+    than ``EVAL_FORMAT`` is refused, naming it."""
     path = Path(path)
     along = {p.name.removesuffix(".gz") for p in (path / EVALS_DIR).glob("updates_*.json*")}
     candidates = [path / "eval.json", *(path / EVALS_DIR / n for n in sorted(along, reverse=True))]
@@ -166,9 +166,10 @@ def final_evaluation(path: Path) -> dict[str, Any] | None:
             continue
         evaluation = json.loads(results.read_text(file))
         if evaluation.get("format") != EVAL_FORMAT:
-            print(f"{file} is an evaluation of an older format (no fixed set, no answers): "
-                  "left out; evaluate the run again with train/evaluate.py")  # fmt: skip
-            return None
+            raise ValueError(
+                f"{file}: an evaluation of format {evaluation.get('format')!r}, not "
+                f"{EVAL_FORMAT}; evaluate the run again with train/evaluate.py"
+            )
         return evaluation
     return None
 

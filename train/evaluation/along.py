@@ -8,8 +8,8 @@ marked by ``eval/updates``) and goes to TensorBoard at step = updates.
 
 An evaluation runs after the iteration's update and before its checkpoint, so a resumed
 run has every evaluation up to its checkpoint and redoes the later ones. It draws from
-no random stream of the run (``train/evaluator.Evaluator``): a run trains the same with
-and without evaluations.
+no random stream of the run (``cory_rl.train.evaluation.evaluator.Evaluator``): a run
+trains the same with and without evaluations.
 """
 
 from __future__ import annotations

@@ -51,8 +51,8 @@ class Evaluator:
 
     Built once per run (the held-out task, its game and the set); :meth:`play` then
     answers the whole set with the given learners, every agent in every role, and returns
-    one record per answer (``train/eval_report.ANSWER_COLUMNS``). Learners that take
-    common random numbers (``agents.base.CommonNoise``) draw each answer's tokens with
+    one record per answer (``cory_rl.train.evaluation.report.ANSWER_COLUMNS``). Learners that take
+    common random numbers (``cory_rl.agents.base.CommonNoise``) draw each answer's tokens with
     the set's uniforms for that (query, sample, role), and go back to their own random
     stream afterwards, which evaluation never advances: a run trains the same with or
     without evaluations along the way.

@@ -136,16 +136,17 @@ def cell_metrics(
     if base is not None:
         row["reward_minus_base"] = paired_difference(answers, rows, base, REFERENCE)
     if checked:
-        row["pass@k"] = pass_at_k(answers, rows)
+        row["pass@k"] = pass_at_k_by_agent(answers, rows)
     return row
 
 
-def pass_at_k(answers: dict[str, list[Any]], rows: np.ndarray) -> dict[str, float]:
-    """pass@k of answer-checked ``rows``: each agent's samples of a query are its n, and a
-    cell pooled over agents averages the agents' pass@k. Agents answer with the same
-    sampling uniforms (common random numbers), so their answers to one query are not
-    independent draws (identical for two copies of the base model) and pooling them as one
-    query's n would bias pass@k (k > 1) low."""
+def pass_at_k_by_agent(answers: dict[str, list[Any]], rows: np.ndarray) -> dict[str, float]:
+    """``{k: pass@k}`` of answer-checked ``rows`` for every k of :func:`measures.pass_ks`:
+    each agent's samples of a query are its n (:func:`measures.pass_at_k`), averaged over
+    queries, and a cell pooled over agents averages the agents' values. Agents answer with
+    the same sampling uniforms (common random numbers), so their answers to one query are
+    not independent draws (identical for two copies of the base model) and pooling them as
+    one query's n would bias pass@k (k > 1) low."""
     by_key: dict[tuple[Any, Any], list[bool]] = {}
     for i in rows:
         key = (answers["agent"][i], answers["query"][i])

@@ -1,6 +1,6 @@
 """The one training loop: play a batch of games, let every learner learn, log, checkpoint.
 
-The loop talks to learners only through :class:`agents.base.Learner`, so PPO, CORY and
+The loop talks to learners only through :class:`cory_rl.agents.base.Learner`, so PPO, CORY and
 any other learner share it. One iteration = one batch of ``batch_size`` games.
 """
 
