@@ -40,7 +40,9 @@ class Learner:
         raise NotImplementedError(f"{type(self).__name__} must define act()")
 
     def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
-        """The batch of games ended: this seat's final observation and rewards ``(B,)``."""
+        """The batch of games ended: this seat's final observation and rewards: ``(B,)`` in
+        a game of one round, ``(B, rounds)`` (one column per turn, in order) in a game of
+        several, whose turns :meth:`end_turn` announced."""
         raise NotImplementedError(f"{type(self).__name__} must define end_rollout()")
 
     def learn(self) -> dict[str, float]:
@@ -81,6 +83,14 @@ class Learner:
 
     takes_engine: bool = False
     """Whether :meth:`attach_engine` is defined (a vLLM engine plays such a seat's turns)."""
+
+    multi_turn: bool = False
+    """Whether it learns from several turns an episode (a game of ``rounds`` > 1)."""
+
+    def end_turn(self, num_generated: np.ndarray) -> None:
+        """In a game of several rounds, one of this seat's turns ended, with
+        ``num_generated`` tokens (B,) of each row accepted; the game moves on (to this seat
+        again, maybe). Not called in a game of one round."""
 
     def turn_over(self) -> None:
         """The game moved on from this seat's turn (a sharded learner frees its weights)."""

@@ -31,9 +31,9 @@ What the authors' code does (read, not guessed):
   StackLLaMA code implements, the KL to the initial model, which is what this learner does
   (the seat's shared frozen reference).
 
-Wraps a :class:`agents.ppo.PPOAgent` (composition): PPO itself is untouched. Checkpoints add the EMA
-and the initial weights (safetensors) and the call count (JSON), so ``--resume`` continues
-exactly, resets included.
+Wraps a :class:`cory_rl.agents.ppo.PPOAgent` (composition): PPO itself is untouched.
+Checkpoints add the EMA and the initial weights (safetensors) and the call count (JSON), so
+``--resume`` continues exactly, resets included.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ class ElasticResetConfig(PPOConfig):
     """Decay of the EMA of the policy's weights, updated after every ``learn()``:
     ``ema = decay * ema + (1 - decay) * online``."""
     reset_freq: int = 17
-    """Reset every this many ``learn()`` calls (iterations)."""
+    """Reset the policy to the EMA, and the EMA to the initial model, every this many
+    ``learn()`` calls (iterations)."""
 
     where = "elastic_reset"
 
@@ -107,7 +108,7 @@ def elastic_reset_(
 
 
 class ElasticReset(Learner):
-    """A PPO learner with Elastic Reset (a :class:`agents.base.Learner`; module doc)."""
+    """A PPO learner with Elastic Reset (a :class:`cory_rl.agents.base.Learner`; module doc)."""
 
     name = "elastic_reset"
     takes_engine = True

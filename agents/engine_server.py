@@ -172,7 +172,7 @@ def _message(answer: Any) -> str:
 
 class VLLMServerEngine:
     """A running ``vllm serve`` of one base model that the seats of that model take turns
-    on (module doc); the :class:`agents.engine.RolloutEngine` protocol."""
+    on (module doc); the :class:`cory_rl.agents.engine.RolloutEngine` protocol."""
 
     def __init__(
         self,

@@ -49,7 +49,6 @@ from cory_rl.agents.dynamic_sampling import DynamicSampling
 from cory_rl.agents.llm import LLMConfig, LLMLearner
 from cory_rl.agents.policy import PolicyWithValue, Reference
 from cory_rl.agents.registry import Seat, register_learner
-from cory_rl.agents.update import minibatch_update
 
 SCALE_REWARDS = ("group", "batch", "none")
 
@@ -98,11 +97,14 @@ class GRPOConfig(RLOOConfig):
     per-token loss is reduced and whether the ratio is per token or per answer."""
 
     scale_rewards: str = "group"
-    """``group``, ``batch`` or ``none`` (Dr. GRPO)."""
+    """What divides the group-centred rewards (TRL's ``scale_rewards``): ``group`` (each
+    group's std), ``batch`` (the batch's std) or ``none`` (Dr. GRPO)."""
     loss_type: str = "dapo"
-    """``grpo``, ``bnpo``, ``dr_grpo`` or ``dapo`` (TRL's default): ``pg_math.aggregate_loss``."""
+    """How the per-token loss is reduced (TRL's ``loss_type``, ``pg_math.aggregate_loss``):
+    ``grpo``, ``bnpo``, ``dr_grpo`` or ``dapo`` (TRL's default)."""
     importance_sampling_level: str = "token"
-    """``token`` (GRPO) or ``sequence`` (GSPO: one length-normalised ratio per answer)."""
+    """What one importance ratio covers: ``token`` (GRPO) or ``sequence`` (GSPO: one
+    length-normalised ratio per answer)."""
 
     where = "grpo"
 
@@ -203,11 +205,9 @@ class RLOOAgent(GroupAgent):
     name = "rloo"
 
     def learn(self) -> dict[str, float]:
-        cfg, ro = self.config, self.take_rollout()
-        kl = self.reference_kl(ro)
-        scores = self.scaled_rewards(ro)
-        beta = float(self.kl_ctl.value)
-        rewards = scores - beta * kl.sum(dim=1)
+        cfg, shaped = self.config, self.start_update()  # the rollout, its KL and scores
+        ro = shaped.rollout
+        rewards = shaped.scores - shaped.kl_coef * shaped.kl.sum(dim=1)
         advantages = pg.rloo_advantages(rewards, self.group_size)
         if cfg.whiten_advantages:
             advantages = pg.normalize(advantages)
@@ -215,7 +215,7 @@ class RLOOAgent(GroupAgent):
         data = {**ro.batch_tensors(), "advantages": advantages, "loss_mask": loss_mask}
 
         def rloo_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
-            logprobs = self.sampled_logprobs(logits, mb)
+            logprobs = self.sampler.sampled_logprobs(logits, mb)
             seq = (logprobs * mb["loss_mask"]).sum(dim=1, keepdim=True)
             old = (mb["old_logprobs"] * mb["loss_mask"]).sum(dim=1, keepdim=True)
             surrogate, low, high = pg.clipped_surrogate(
@@ -230,10 +230,10 @@ class RLOOAgent(GroupAgent):
                           "seq_ratio": seq_ratio.mean(),
                           **pm.ratio_stats(logprobs, mb["old_logprobs"], mb["mask"])}  # fmt: skip
 
-        stats = minibatch_update(self, data, rloo_loss, epochs=cfg.ppo_epochs, unit="answer")
+        stats = self.update(data, rloo_loss, epochs=cfg.ppo_epochs, unit="answer")
         return {
             **stats,
-            **self.finish(ro, kl, beta, scores),
+            **self.finish(shaped),
             **self.group_stats(rewards),
             **mask_stats,
             "rloo/rewards_mean": float(rewards.mean()),
@@ -247,15 +247,14 @@ class GRPOAgent(GroupAgent):
     name = "grpo"
 
     def learn(self) -> dict[str, float]:
-        cfg, ro = self.config, self.take_rollout()
-        kl, ref_logprobs = self.reference_pass(ro)
-        scores = self.scaled_rewards(ro)
-        beta = float(self.kl_ctl.value)
-        advantages = pg.grpo_advantages(scores, self.group_size, cfg.scale_rewards)
+        cfg, shaped = self.config, self.start_update()  # the rollout, its KL and scores
+        ro, beta = shaped.rollout, shaped.kl_coef
+        advantages = pg.grpo_advantages(shaped.scores, self.group_size, cfg.scale_rewards)
         loss_mask, mask_stats = self.loss_mask(ro)
-        mean_length = self.mean_over_processes(loss_mask.sum(dim=1))  # dapo's tokens per answer
-        data = {**ro.batch_tensors(), "advantages": advantages, "ref_logprobs": ref_logprobs,
-                "loss_mask": loss_mask}  # fmt: skip
+        # dapo's tokens per answer
+        mean_length = self.optimisation.mean_over_processes(loss_mask.sum(dim=1))
+        data = {**ro.batch_tensors(), "advantages": advantages,
+                "ref_logprobs": shaped.ref_logprobs, "loss_mask": loss_mask}  # fmt: skip
 
         def reduce(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
             return pg.aggregate_loss(per_token.expand_as(mask), mask, cfg.loss_type,
@@ -263,7 +262,10 @@ class GRPOAgent(GroupAgent):
 
         def grpo_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
             own = pm.selective_log_softmax(logits, mb["tokens"])
-            logprobs = own if self.sampling.is_model else self.sampled_logprobs(logits, mb)
+            if self.sampler.distribution.is_model:  # the distribution drawn from
+                logprobs = own
+            else:
+                logprobs = self.sampler.sampled_logprobs(logits, mb)
             mask = mb["loss_mask"]
             log_w = pg.importance_log_weights(
                 logprobs, mb["old_logprobs"], mask, cfg.importance_sampling_level
@@ -279,7 +281,7 @@ class GRPOAgent(GroupAgent):
             }
             surrogate = ec.weighted(surrogate, mb)  # TRL: before the KL term is added
             pg_loss = reduce(surrogate, mask)
-            if not self.needs_reference_pass:  # beta fixed at 0: no reference, no k3 term
+            if not self.shaping.needs_reference_pass:  # beta fixed at 0: no reference, no k3 term
                 return pg_loss, {"loss": pg_loss, "loss_policy": pg_loss, **clip_stats}
             k3 = pm.kl_sampled(own, mb["ref_logprobs"], "k3")
             loss = reduce(surrogate + beta * k3, mask)  # TRL: KL in each token's loss
@@ -287,12 +289,12 @@ class GRPOAgent(GroupAgent):
                           "loss_kl": pm.masked_mean(k3, mb["mask"]), **clip_stats}  # fmt: skip
 
         unit = "token" if cfg.loss_type == "bnpo" else "answer"
-        stats = minibatch_update(self, data, grpo_loss, epochs=cfg.ppo_epochs, unit=unit,
-                                 weigh_micro_batches="rows", loss_mask="loss_mask")  # fmt: skip
+        stats = self.update(data, grpo_loss, epochs=cfg.ppo_epochs, unit=unit,
+                            weigh_micro_batches="rows", loss_mask="loss_mask")  # fmt: skip
         return {
             **stats,
-            **self.finish(ro, kl, beta, scores),
-            **self.group_stats(scores),
+            **self.finish(shaped),
+            **self.group_stats(shaped.scores),
             **mask_stats,
         }
 

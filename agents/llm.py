@@ -1,9 +1,13 @@
-"""The base of every LLM learner: its settings, its turns and rollouts, and the helpers of
-an update. A learner built on it supplies ``learn`` (its advantages and its loss, stepped
-by :func:`agents.update.minibatch_update`) and its own settings. Its other jobs have files
-of their own: acting (``llm_acting.py``), a rollout engine (``llm_engine_seat.py``), the
-reference, KL control and score scaling (``llm_reference.py``), save, load and export
-(``llm_state.py``).
+"""The base of every LLM learner: its settings (:class:`LLMConfig`), its turns and
+rollouts, and the frame of an update. A learner built on it supplies ``learn`` (its
+advantages and its loss) and its own settings.
+
+:class:`LLMLearner` is composed of parts that each own their state and take what else
+they use as arguments: the optimisation (policy, Adam, shuffle; ``agents/update.py``,
+which also steps a loss over mini-batches), the token sampler (``llm_acting.py``, with
+the token-by-token acting step), the reward shaping (reference, KL controller, score
+scaling; ``llm_reference.py``) and the seat on a rollout engine (``llm_engine_seat.py``).
+Save and load are functions of those parts (``llm_state.py``).
 
 Acting goes token by token with a KV cache, recording each sampled token's log-prob and
 the value as it goes, so a rollout costs no more than ``generate()``. The model plumbing
@@ -16,29 +20,25 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 import torch
 
 from cory_env import checks
 from cory_rl.agents import engine_correction as ec
+from cory_rl.agents import llm_state, state_io
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents.base import Learner
 from cory_rl.agents.engine import RolloutEngine
-from cory_rl.agents.llm_acting import Acting
-from cory_rl.agents.llm_engine_seat import EngineSeat
-from cory_rl.agents.llm_reference import ReferenceAndKL
-from cory_rl.agents.llm_state import SavedState
+from cory_rl.agents.export import export_policy
+from cory_rl.agents.llm_acting import TokenSampler, next_token
+from cory_rl.agents.llm_engine_seat import EngineSeat, engine_logprobs
+from cory_rl.agents.llm_reference import RewardShaping, ShapedRollout
 from cory_rl.agents.policy import PolicyWithValue, Reference
-from cory_rl.agents.rollout import (
-    Rollout,
-    Turn,
-    without_shared_padding,
-)
-from cory_rl.agents.sampling import SamplingDistribution, seen_before_each
-from cory_rl.agents.sharding import full_tensor
-from cory_rl.agents.speedups import StepInBackward, make_adam
+from cory_rl.agents.rollout import Rollout, Turn
+from cory_rl.agents.update import LossFn, Optimisation, minibatch_update
 
 
 @dataclass
@@ -63,7 +63,8 @@ class LLMConfig:
     """Stop an update's epochs at the first mini-batch whose ``approx_kl`` (per token, to
     the acting policy) exceeds 1.5x this; None = take every step (``agents/update.py``)."""
     kl_estimator: str = "full"
-    """``full``: exact full-vocabulary KL; or a sampled estimator: k1, k3, abs, mse."""
+    """How the KL to the reference is measured: ``full`` (exact, over the whole vocabulary)
+    or a sampled estimator, ``k1``, ``k3``, ``abs`` or ``mse``."""
     adaptive_kl: bool = True
     """Adapt the KL coefficient to hold the KL to the reference near ``kl_target`` (Ziegler
     et al. 2019, TRL 0.7's controller); false keeps ``init_kl_coef`` fixed."""
@@ -182,8 +183,26 @@ class Probe:
         yield
 
 
-class LLMLearner(Acting, EngineSeat, ReferenceAndKL, SavedState, Learner):
-    """An LLM playing one seat (a :class:`agents.base.Learner`); subclasses add ``learn``.
+class LLMLearner(Learner):
+    """An LLM playing one seat (a :class:`cory_rl.agents.base.Learner`); subclasses add
+    ``learn``.
+
+    It is made of parts that each own their state and are handed what else they use:
+
+    - ``optimisation`` (:class:`cory_rl.agents.update.Optimisation`): the policy, Adam,
+      the step inside the backward pass, the mini-batches' shuffle and the sharding;
+    - ``sampler`` (:class:`cory_rl.agents.llm_acting.TokenSampler`): the sampling
+      distribution, the sampling generator and common random numbers;
+    - ``shaping`` (:class:`cory_rl.agents.llm_reference.RewardShaping`): the reference,
+      the KL controller and the score statistics;
+    - ``engine_seat`` (:class:`cory_rl.agents.llm_engine_seat.EngineSeat`): a rollout
+      engine, if attached, and the gaps between its log-probs and the learner's.
+
+    The learner itself keeps the turn being played, the rollout collected, the version of
+    its weights and its probe. ``learn`` reads as: :meth:`start_update` (the rollout, its
+    KL to the reference and its scaled scores), the learner's own advantages and loss,
+    :meth:`update` (``agents/update.py``), :meth:`finish` (the KL controller and the
+    statistics every learner reports).
 
     ``has_critic = False`` freezes the value head: acting still computes it and checkpoints
     keep it, but no loss uses it, so it never moves. Without LoRA it is also out of the
@@ -216,72 +235,92 @@ class LLMLearner(Acting, EngineSeat, ReferenceAndKL, SavedState, Learner):
         if not self.has_critic:
             policy.value_head.requires_grad_(False)
         policy.to(self.device).eval()  # dropout stays off: the PPO ratio compares one function
-        if not reference.adapters_disabled:
-            reference.lm.to(self.device)
-        self.reference = reference
-        self.sharding = policy.sharding
-        """FSDP2 (``agents/sharding.py``): the pool sharded the policy; None = whole."""
-        optimizer = make_adam(policy.trainable_parameters(), config.learning_rate)
-        if self.sharding is None:
-            if self.accelerator.num_processes > 1:  # DDP reduces dense gradients only
-                for module in policy.modules():
-                    if isinstance(module, torch.nn.Embedding):
-                        module.sparse = False
-            self.policy, self.optimizer = self.accelerator.prepare(policy, optimizer)
-        else:  # sharded already: DDP must not wrap it, and FSDP2 reduces the gradients
-            self.policy, self.optimizer = policy, optimizer
-        self.gathered = False
-        """Whether the policy's full weights are held for a turn (:meth:`turn_over`)."""
-        self.step_in_backward = StepInBackward(self.optimizer, policy.trainable_parameters())
-        self.kl_ctl, self.score_moments = self._fresh_kl_and_scores()
-        self.generator = torch.Generator(device=self.device).manual_seed(seed)
-        self.shuffle_generator = torch.Generator().manual_seed(seed + 1)
-        self.sampling = SamplingDistribution(
-            config.temperature, config.top_k, config.top_p, config.repetition_penalty
+        autocast = self.accelerator.autocast
+        self.optimisation = Optimisation(
+            policy, config.learning_rate, self.accelerator, shuffle_seed=seed + 1
         )
-        self.rollout: Rollout | None = None
+        self.shaping = RewardShaping(reference, config, self.device, autocast)
+        self.sampler = TokenSampler(config, self.device, seed)
+        self.engine_seat = EngineSeat(config, self.device, autocast)
         self.turn: Turn | None = None
         """The turn being played (None between turns); read by the benchmark."""
-        self.sampling_noise: np.ndarray | None = None
-        """Common random numbers (:meth:`use_sampling_noise`); None = the own generator."""
-        self.probe = Probe()
-        self.engine: RolloutEngine | None = None
-        """Where whole turns come from (``agents/engine.py``); None = acting token by token."""
-        self.eos_token_id: int | None = None
+        self.rollout: Rollout | None = None
+        """The rollout collected since the last update (None = nothing yet)."""
         self.weights_version = 0
         """Counts changes of the weights (updates, loads, resets); an engine reloads them
         when it differs from the version it holds."""
-        self.engine_gaps: list[torch.Tensor] = []
-        self.correction_stats: dict[str, float] = {}
+        self.probe = Probe()
 
+    # ------------------------------------------------------------------ read by others
     @property
     def model(self) -> PolicyWithValue:
-        return self.accelerator.unwrap_model(self.policy)
+        """The policy, without accelerate's wrapper."""
+        return self.optimisation.model
 
-    def learn(self) -> dict[str, float]:
-        """One update on the rollout collected since the last call (the learner's own)."""
-        raise NotImplementedError(f"{type(self).__name__} must define learn()")
+    @property
+    def policy(self) -> Any:
+        """The policy as the update calls it (accelerate's wrapper); read by ``bench/``."""
+        return self.optimisation.policy
 
-    def gather_for_turn(self) -> None:
-        """Sharded: hold the full weights from the turn's first forward to its end, so that
-        the turn's forwards, as many as its longest answer, make no collective call."""
-        if self.sharding is not None and not self.gathered:
-            self.sharding.gather(self.model.sharded_modules())
-            self.gathered = True
+    @property
+    def optimizer(self) -> Any:
+        """The policy's Adam; read by ``bench/``."""
+        return self.optimisation.optimizer
+
+    @property
+    def reference(self) -> Reference:
+        """The frozen reference; read by ``bench/``."""
+        return self.shaping.reference
+
+    @property
+    def sharding(self) -> Any:  # the Learner capability
+        return self.optimisation.sharding
+
+    def watch(self, name: str, **info: Any) -> contextlib.AbstractContextManager[Any]:
+        """The probe's phase ``name`` of this learner (what the parts run their work in)."""
+        return self.probe.phase(name, self, **info)
+
+    # ------------------------------------------------------------------ acting
+    def act(self, obs: dict[str, np.ndarray]) -> np.ndarray:
+        """Sample one token per row, reusing the KV cache within a turn; at a turn's first
+        token, a rollout engine (if attached) plans the whole turn."""
+        with self.watch("act", obs=obs), torch.no_grad():
+            generated = np.asarray(obs["num_generated"])
+            if (generated == 0).all():
+                self.turn = Turn.start(obs, self.device)
+                self.optimisation.gather_weights()  # sharded: held until turn_over()
+                if self.engine_seat.engine is not None and self.sampler.noise is None:
+                    self.engine_seat.plan_turn(
+                        self.turn, obs, self.model, self.sampler, self.weights_version
+                    )
+            exact_kl = self.config.kl_estimator == "full"
+            return next_token(
+                self.turn, generated, self.model, self.sampler, self.accelerator.autocast, exact_kl
+            )
+
+    def use_sampling_noise(self, noise: np.ndarray | None) -> None:
+        """Draw each token with the given uniforms until called with None
+        (:meth:`cory_rl.agents.llm_acting.TokenSampler.use_noise`)."""
+        self.sampler.use_noise(noise)
+
+    def attach_engine(self, engine: RolloutEngine | None, eos_token_id: int) -> None:
+        """Take whole turns from ``engine`` (None: act token by token again)."""
+        self.engine_seat.attach(engine, eos_token_id)
 
     def turn_over(self) -> None:
         """The game moved on from this seat's turn: free the weights gathered for it."""
-        if self.gathered:
-            self.sharding.release(self.model.sharded_modules())
-            self.gathered = False
+        self.optimisation.release_weights()
 
-    def clip_gradients(self, max_norm: float) -> float:
-        """Clip the trainable parameters' gradients to ``max_norm``; their norm before."""
-        params = self.model.trainable_parameters()
-        if self.sharding is None:
-            return float(self.accelerator.clip_grad_norm_(params, max_norm))
-        norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-        return float(full_tensor(norm))
+    def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
+        """Keep the finished turn for :meth:`learn`."""
+        with self.watch("end_rollout", obs=obs):
+            self.rollout = self._close_turn(obs, rewards)
+        self.turn = None
+
+    def discard_turn(self) -> None:
+        """Let the finished turn go and keep the rollout already collected (a batch the
+        loop played for another seat's dynamic sampling)."""
+        self.turn = None
 
     def _close_turn(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> Rollout:
         """The turn as a rollout: the tokens the game accepted and the rewards it paid."""
@@ -301,19 +340,8 @@ class LLMLearner(Acting, EngineSeat, ReferenceAndKL, SavedState, Learner):
             values=torch.stack(turn.values, dim=1) * mask,
             full_logprobs=torch.stack(turn.full_logprobs, dim=1) if turn.full_logprobs else None,
             rewards=torch.as_tensor(np.asarray(rewards), dtype=torch.float32),
-            engine_logprobs=self._engine_logprobs(turn, mask),
+            engine_logprobs=engine_logprobs(turn, mask),
         )
-
-    def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
-        """Keep the finished turn for :meth:`learn`."""
-        with self.probe.phase("end_rollout", self, obs=obs):
-            self.rollout = self._close_turn(obs, rewards)
-        self.turn = None
-
-    def discard_turn(self) -> None:
-        """Let the finished turn go and keep the rollout already collected (a batch the
-        loop played for another seat's dynamic sampling)."""
-        self.turn = None
 
     def turn_stats(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Summed KL to the reference, summed log-prob, mean entropy and final value per game."""
@@ -336,80 +364,108 @@ class LLMLearner(Acting, EngineSeat, ReferenceAndKL, SavedState, Learner):
             "length": lengths.numpy(),
         }
 
+    # ------------------------------------------------------------------ learning
+    def learn(self) -> dict[str, float]:
+        """One update on the rollout collected since the last call (the learner's own)."""
+        raise NotImplementedError(f"{type(self).__name__} must define learn()")
+
     def take_rollout(self) -> Rollout:
-        """The rollout collected since the last :meth:`learn` (then forgotten)."""
+        """The rollout collected since the last :meth:`learn` (then forgotten), with the
+        engine correction's weights of its tokens, if an engine drew them."""
         if self.rollout is None:
             raise RuntimeError("learn() before any end_rollout(): nothing was collected")
         rollout, self.rollout = self.rollout, None
-        rollout.is_weights = self.correction_weights(rollout)
+        rollout.is_weights = self.engine_seat.correction_weights(rollout)
         return rollout
 
-    def finish(
-        self, rollout: Rollout, kl: torch.Tensor, kl_coef: float, scores: torch.Tensor
+    def start_update(self) -> ShapedRollout:
+        """What every update starts from: the rollout collected (:meth:`take_rollout`), its
+        KL to the reference, its scaled scores and the KL coefficient in force."""
+        return self.shaping.shape(self.take_rollout(), self.watch)
+
+    def reference_pass(
+        self, rollout: Rollout, estimator: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The KL to the reference per token and the reference's token log-probs
+        (:meth:`cory_rl.agents.llm_reference.RewardShaping.reference_pass`)."""
+        return self.shaping.reference_pass(rollout, self.watch, estimator)
+
+    def reference_kl(self, rollout: Rollout) -> torch.Tensor:
+        """KL(pi || pi_ref) per response token (see :meth:`reference_pass`)."""
+        return self.reference_pass(rollout)[0]
+
+    def update(
+        self,
+        data: dict[str, torch.Tensor],
+        loss_fn: LossFn,
+        *,
+        epochs: int,
+        unit: Literal["token", "answer"] = "token",
+        weigh_micro_batches: Literal["rows", "units"] = "units",
+        prefix: str | None = None,
+        loss_mask: str = "mask",
     ) -> dict[str, float]:
+        """Step ``loss_fn`` over ``data`` (:func:`cory_rl.agents.update.minibatch_update`,
+        its statistics under ``prefix``, default the learner's name); the weights changed,
+        so their version moves on (a rollout engine reloads them before its next turn)."""
+        stats = minibatch_update(
+            self.optimisation, data, loss_fn, self.config, epochs=epochs,
+            prefix=prefix or self.name, watch=self.watch, unit=unit,
+            weigh_micro_batches=weigh_micro_batches, loss_mask=loss_mask,
+        )  # fmt: skip
+        self.weights_version += 1
+        return stats
+
+    def finish(self, shaped: ShapedRollout) -> dict[str, float]:
         """Update the KL controller from the batch's mean summed KL (over every process);
         return the statistics every LLM learner reports (the loop's ``kl`` is
         ``objective/kl``)."""
-        seq_kl = kl.sum(dim=1)
+        rollout = shaped.rollout
+        seq_kl = shaped.kl.sum(dim=1)
         B = len(rollout.rewards)
         measured = {}
-        if self.needs_reference_pass:  # else no KL was measured: none is reported
-            self.kl_ctl.update(self.mean_over_processes(seq_kl), B * self.accelerator.num_processes)
+        if self.shaping.needs_reference_pass:  # else no KL was measured: none is reported
+            mean_kl = self.optimisation.mean_over_processes(seq_kl)
+            self.shaping.kl_ctl.update(mean_kl, B * self.accelerator.num_processes)
             measured = {"objective/kl": float(seq_kl.mean())}
         return {
             "env/reward_mean": float(rollout.rewards.mean()),
             "env/reward_std": float(rollout.rewards.std()) if B > 1 else 0.0,
             "env/response_length": float(rollout.mask.float().sum(dim=1).mean()),
             **measured,
-            "objective/kl_coef": kl_coef,
-            f"{self.name}/scores_scaled_mean": float(scores.mean()),
-            **self.engine_stats(),
+            "objective/kl_coef": shaped.kl_coef,
+            f"{self.name}/scores_scaled_mean": float(shaped.scores.mean()),
+            **self.engine_seat.stats(),
         }
 
-    def mean_over_processes(self, values: torch.Tensor) -> float:
-        """The mean of ``values`` over every process's games (data-parallel runs), as TRL
-        0.7 updates its KL controller from statistics gathered over all processes."""
-        mean = values.float().mean()
-        if self.accelerator.num_processes > 1:
-            mean = self.accelerator.reduce(mean.to(self.device), reduction="mean")
-        return float(mean)
+    def restart(self) -> None:
+        """A fresh optimiser state, KL coefficient and score statistics; the weights, the
+        value head and the random streams are kept. What the official CORY code's
+        save-and-reload at each role exchange amounts to (``restart_on_exchange``)."""
+        self.optimisation.restart()
+        self.shaping.restart()
 
-    def sampled_logprobs(self, logits: torch.Tensor, mb: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Each response token's log-prob under the distribution it was drawn from: the
-        model's own, or as the sampling settings reshape it (``agents/sampling.py``), so the
-        ratio to the log-probs recorded while acting starts at exactly 1."""
-        if not self.sampling.is_model:
-            seen = None
-            if self.sampling.needs_history:
-                seen = seen_before_each(mb["prompt_ids"], mb["prompt_mask"], mb["tokens"])
-            logits = self.sampling.logits(logits, seen)
-        return pm.selective_log_softmax(logits, mb["tokens"])
-
-    def rows_on_device(
-        self, data: dict[str, torch.Tensor], rows: torch.Tensor, steps: int
-    ) -> dict[str, torch.Tensor]:
-        """``rows`` of the batch tensors on the device, their sequences minus the padding
-        all those rows share (never the ``steps`` response columns or the one before)."""
-        mb = {k: v[rows] for k, v in data.items()}
-        mb["ids"], mb["attention"], mb["positions"] = without_shared_padding(
-            mb["attention"], mb["ids"], mb["attention"], mb["positions"], keep=steps + 1
+    # ------------------------------------------------------------------ persistence
+    def save(self, path: Path, writer: state_io.WriteQueue | None = None) -> None:
+        """Weights, optimiser, RNG, KL and score states (``agents/llm_state.py``)."""
+        llm_state.save(
+            path, self.name, self.config, self.optimisation, self.sampler, self.shaping, writer
         )
-        return {k: v.to(self.device) for k, v in mb.items()}
 
-    def steps_in_backward(self) -> bool:
-        """Whether the update steps each parameter as soon as its gradient is complete
-        (:class:`agents.speedups.StepInBackward`).
+    def load(self, path: Path) -> None:
+        """Restore what :meth:`save` wrote; a bad file raises ``CheckpointError`` naming it."""
+        self.weights_version += 1  # the weights change (an engine reloads them)
+        llm_state.load(path, self.name, self.optimisation, self.sampler, self.shaping)
 
-        When a mini-batch is one chunk of one micro-batch, nothing accumulates between
-        backward passes, so Adam can take each parameter's step inside the backward pass
-        and free its gradient at once, for the same update. Clipping needs every gradient
-        first, and data-parallel training averages them after the backward pass, so those
-        keep the plain step.
-        """
-        cfg = self.config
-        return (
-            cfg.gradient_accumulation_steps == 1
-            and cfg.forward_batch_size >= cfg.mini_batch_size
-            and cfg.max_grad_norm is None
-            and self.accelerator.num_processes == 1
-        )
+    def process_rng(self) -> dict[str, torch.Tensor]:
+        """This process's random streams (each process of a run draws its own)."""
+        return llm_state.process_rng(self.sampler, self.optimisation)
+
+    def load_process_rng(self, states: dict[str, torch.Tensor]) -> None:
+        llm_state.load_process_rng(states, self.sampler, self.optimisation)
+
+    def export(
+        self, path: Path, tokenizer: Any, merge: bool = False, info: dict | None = None
+    ) -> Path:
+        """The policy as a Hugging Face model folder plus its value head (agents/export.py)."""
+        return export_policy(self.model, tokenizer, path, merge, info)

@@ -1,13 +1,18 @@
-"""An LLM learner with a rollout engine (vLLM): whole turns planned by the engine, the
-engine kept on the learner's weights.
+"""An LLM learner's seat on a rollout engine (vLLM): whole turns planned by the engine,
+the engine kept on the learner's weights, and the engine correction of the tokens it drew.
 
-A part of :class:`agents.llm.LLMLearner`, kept apart by job.
+:class:`EngineSeat` owns the engine, its EOS token, the gaps between its log-probs and the
+learner's, and the last correction's statistics; a part of
+:class:`cory_rl.agents.llm.LLMLearner`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -15,55 +20,94 @@ import torch
 from cory_rl.agents import engine_correction as ec
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents.engine import RolloutEngine, SamplingSettings, hf_weights
+from cory_rl.agents.llm_acting import TokenSampler
+from cory_rl.agents.policy import PolicyWithValue
 from cory_rl.agents.rollout import Rollout, Turn, response_logits
 from cory_rl.agents.sharding import full_tensors
 
 
-class EngineSeat:
-    """The rollout engine of :class:`agents.llm.LLMLearner` (module doc)."""
+def engine_weights(model: PolicyWithValue) -> Iterable[tuple[str, torch.Tensor]]:
+    """A seat's language model as a checkpoint's weights (its adapter merged)."""
+    return hf_weights(model.lm, model.adapter)
 
-    # ------------------------------------------------------------------ a rollout engine
-    def attach_engine(self, engine: RolloutEngine | None, eos_token_id: int) -> None:
+
+def save_adapter(model: PolicyWithValue, folder: Path) -> None:
+    """A seat's LoRA adapter as peft writes one (for an engine's LoRA request)."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    lm, name = model.lm, model.adapter
+    folder.mkdir(parents=True, exist_ok=True)
+    state = full_tensors(get_peft_model_state_dict(lm, adapter_name=name))  # if sharded
+    save_file({k: v.contiguous() for k, v in state.items()}, folder / "adapter_model.safetensors")
+    lm.peft_config[name].save_pretrained(str(folder))
+
+
+def engine_logprobs(turn: Turn, mask: torch.Tensor) -> torch.Tensor | None:
+    """The engine's log-probs of a planned turn's accepted tokens (0 elsewhere); None for
+    a turn played token by token."""
+    if not turn.engine_logprobs:
+        return None
+    engine_lp = torch.stack(turn.engine_logprobs, dim=1)
+    return torch.where(mask.bool(), engine_lp, torch.zeros_like(engine_lp))
+
+
+class EngineSeat:
+    """Where whole turns come from when a rollout engine is attached (``agents/engine.py``),
+    and how far its tokens' log-probs were from the learner's."""
+
+    def __init__(
+        self,
+        settings: Any,
+        device: torch.device,
+        autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+    ) -> None:
+        """``settings``: ``agents/llm.py``'s ``LLMConfig`` (sampling, ``forward_batch_size``,
+        ``kl_estimator`` and the ``engine_correction`` settings)."""
+        self.settings = settings
+        self.device = device
+        self.autocast = autocast
+        self.engine: RolloutEngine | None = None
+        """None = the learner acts token by token."""
+        self.eos_token_id: int | None = None
+        self.gaps: list[torch.Tensor] = []
+        """The engine's log-prob minus the learner's, per planned token, since :meth:`stats`."""
+        self.correction_stats: dict[str, float] = {}
+
+    def attach(self, engine: RolloutEngine | None, eos_token_id: int) -> None:
         """Take whole turns from ``engine`` (None: act token by token again); the game
         ends a row at ``eos_token_id``, the engine too."""
         self.engine, self.eos_token_id = engine, int(eos_token_id)
 
-    def engine_weights(self) -> Iterable[tuple[str, torch.Tensor]]:
-        """This seat's language model as a checkpoint's weights (its adapter merged)."""
-        return hf_weights(self.model.lm, self.model.adapter)
-
-    def save_adapter(self, folder: Path) -> None:
-        """This seat's LoRA adapter as peft writes one (for an engine's LoRA request)."""
-        from peft import get_peft_model_state_dict
-        from safetensors.torch import save_file
-
-        lm, name = self.model.lm, self.model.adapter
-        folder.mkdir(parents=True, exist_ok=True)
-        state = full_tensors(get_peft_model_state_dict(lm, adapter_name=name))  # if sharded
-        save_file(
-            {k: v.contiguous() for k, v in state.items()}, folder / "adapter_model.safetensors"
-        )
-        lm.peft_config[name].save_pretrained(str(folder))
-
-    def _engine_holds_this_seat(self) -> None:
-        if self.model.adapter is not None and getattr(self.engine, "adapters", False):
-            self.engine.hold_adapter(self, self.weights_version, self.save_adapter)
+    def _hold(self, model: PolicyWithValue, weights_version: int) -> None:
+        """The engine samples from ``model`` at ``weights_version`` (this seat is the owner
+        it knows the weights by): its adapter, or its whole weights."""
+        if model.adapter is not None and getattr(self.engine, "adapters", False):
+            self.engine.hold_adapter(self, weights_version, partial(save_adapter, model))
         else:
-            self.engine.hold(self, self.weights_version, self.engine_weights)
+            self.engine.hold(self, weights_version, partial(engine_weights, model))
 
     @torch.no_grad()
-    def _plan_turn(self, obs: dict[str, np.ndarray]) -> None:
-        """The whole turn from the engine, then the learner's own log-probs and values
-        of it, as acting token by token would have recorded them."""
-        turn, cfg = self.turn, self.config
+    def plan_turn(
+        self,
+        turn: Turn,
+        obs: dict[str, np.ndarray],
+        model: PolicyWithValue,
+        sampler: TokenSampler,
+        weights_version: int,
+    ) -> None:
+        """The whole of ``turn`` from the engine (on ``model``'s weights at
+        ``weights_version``, seeded from ``sampler``'s generator), then ``model``'s own
+        log-probs and values of it, as acting token by token would have recorded them."""
+        cfg = self.settings
         if "budget" not in obs:
             raise ValueError("a rollout engine needs each game's token budget: obs['budget']")
         budgets = [int(b) for b in np.asarray(obs["budget"])]
         B = len(budgets)
         pairs = zip(turn.prompt_ids, turn.prompt_mask, strict=True)
         prompts = [ids[m.bool()].tolist() for ids, m in pairs]
-        seeds = torch.randint(2**31 - 1, (B,), generator=self.generator, device=self.device)
-        self._engine_holds_this_seat()
+        seeds = torch.randint(2**31 - 1, (B,), generator=sampler.generator, device=self.device)
+        self._hold(model, weights_version)
         sampling = SamplingSettings(cfg.temperature, cfg.top_k, cfg.top_p, cfg.repetition_penalty)
         answer = self.engine.generate(prompts, budgets, sampling, seeds.tolist(), self.eos_token_id)
         for b, ids in enumerate(answer.tokens):
@@ -88,17 +132,20 @@ class EngineSeat:
         }  # fmt: skip
         for rows in torch.arange(B).split(cfg.forward_batch_size):
             inputs = [x[rows].to(self.device) for x in (ids, mask, positions)]
-            with self.accelerator.autocast():
-                logits, values, _ = self.model(*inputs, keep=T + 1)
+            with self.autocast():
+                logits, values, _ = model(*inputs, keep=T + 1)
             logits = response_logits(logits, T)
             logprobs = torch.log_softmax(logits, dim=-1)
             chosen = tokens[rows].to(self.device)
             mb = {"prompt_ids": inputs[0][:, : -T], "prompt_mask": inputs[1][:, : -T],
                   "tokens": chosen}  # fmt: skip
-            sampled = self.sampled_logprobs(logits, mb) if not self.sampling.is_model else None
             own = logprobs.gather(-1, chosen[..., None]).squeeze(-1)
+            if sampler.distribution.is_model:  # the distribution drawn from is the model's
+                sampled = own
+            else:
+                sampled = sampler.sampled_logprobs(logits, mb)
             columns["logprobs"].append(own.cpu())
-            columns["sample_logprobs"].append((own if sampled is None else sampled).cpu())
+            columns["sample_logprobs"].append(sampled.cpu())
             columns["values"].append(values[:, :-1].float().cpu())
             if cfg.kl_estimator == "full":
                 columns["full_logprobs"].append(logprobs.cpu())
@@ -111,22 +158,14 @@ class EngineSeat:
             for name, column in whole.items():
                 getattr(turn, name).append(column[:, t])
         gap = engine_lp - whole["sample_logprobs"]
-        self.engine_gaps.append(gap[seen])
+        self.gaps.append(gap[seen])
         turn.planned = True
-
-    @staticmethod
-    def _engine_logprobs(turn: Turn, mask: torch.Tensor) -> torch.Tensor | None:
-        """The engine's log-probs of a planned turn's accepted tokens (0 elsewhere)."""
-        if not turn.engine_logprobs:
-            return None
-        engine_lp = torch.stack(turn.engine_logprobs, dim=1)
-        return torch.where(mask.bool(), engine_lp, torch.zeros_like(engine_lp))
 
     def correction_weights(self, rollout: Rollout) -> torch.Tensor | None:
         """The engine correction's weights of ``rollout`` (``agents/engine_correction.py``),
-        its statistics kept for :meth:`engine_stats`; None when no engine sampled it or
+        its statistics kept for :meth:`stats`; None when no engine sampled it or
         ``engine_correction`` is off."""
-        cfg = self.config
+        cfg = self.settings
         if rollout.engine_logprobs is None or not cfg.engine_correction:
             return None
         weights, self.correction_stats = ec.correction_weights(
@@ -135,15 +174,15 @@ class EngineSeat:
         )  # fmt: skip
         return weights
 
-    def engine_stats(self) -> dict[str, float]:
+    def stats(self) -> dict[str, float]:
         """How far the engine's log-probs of its tokens were from the learner's since the
         last call: ``kl`` (their mean difference, a k1 estimate of KL(engine || learner)
         per token) and the largest absolute gap; and the last correction's statistics
         (``is_*``). Empty without an engine."""
         stats, self.correction_stats = self.correction_stats, {}
-        if not self.engine_gaps:
+        if not self.gaps:
             return stats
-        gaps, self.engine_gaps = torch.cat(self.engine_gaps), []
+        gaps, self.gaps = torch.cat(self.gaps), []
         return {
             "engine/kl": float(gaps.mean()),
             "engine/max_abs_gap": float(gaps.abs().max()),

@@ -1,66 +1,112 @@
-"""What every update of an LLM learner needs: the reference pass, the KL to the reference
-and its controller, and the scaled rewards.
+"""What every update of an LLM learner starts from: the reference pass, the KL to the
+reference and its controller, and the scaled rewards.
 
-A part of :class:`agents.llm.LLMLearner`, kept apart by job.
+:class:`RewardShaping` owns the reference, the KL controller and the score statistics; a
+part of :class:`cory_rl.agents.llm.LLMLearner`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from cory_rl.agents import ppo_math as pm
+from cory_rl.agents.policy import Reference
 from cory_rl.agents.rollout import (
     Rollout,
     by_prompt_length,
     response_logits,
     without_shared_padding,
 )
+from cory_rl.agents.update import Watch
 
 
-class ReferenceAndKL:
-    """The reference, KL and reward scaling of :class:`agents.llm.LLMLearner`."""
+@dataclass
+class ShapedRollout:
+    """A rollout as an update starts from it (:meth:`RewardShaping.shape`)."""
 
-    # ------------------------------------------------------------------ what every update needs
-    @torch.no_grad()
-    def reference_pass(
-        self, rollout: Rollout, estimator: str | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """One batched forward of the reference over the rollout: the KL(pi || pi_ref) per
-        response token (by ``estimator``, default the configured one), and the reference
-        log-prob of each sampled token (GRPO's k3 term). Both (B, T), zero on padding; both
-        zero everywhere, with no forward, for an update that does not use them
-        (:attr:`needs_reference_pass`, only when ``estimator`` is not given)."""
-        if estimator is None and not self.needs_reference_pass:
-            skipped = torch.zeros(rollout.tokens.shape)
-            return skipped, skipped
-        with self.probe.phase("reference", self):
-            return self._reference_pass(rollout, estimator or self.config.kl_estimator)
+    rollout: Rollout
+    kl: torch.Tensor
+    """(B, T) KL(pi || pi_ref) per response token, zero on padding."""
+    ref_logprobs: torch.Tensor
+    """(B, T) the reference's log-prob of each sampled token (GRPO's k3 term)."""
+    scores: torch.Tensor
+    """(B,) the rewards the game paid, scaled (:meth:`RewardShaping.scaled_rewards`)."""
+    kl_coef: float
+    """The KL coefficient in force for this update (the controller moves after it)."""
 
-    @property
-    def needs_reference_pass(self) -> bool:
+
+class RewardShaping:
+    """The reference, the KL to it with its controller, and the score scaling: what turns
+    the rewards a game paid into those an update learns from."""
+
+    def __init__(
+        self,
+        reference: Reference,
+        settings: Any,
+        device: torch.device,
+        autocast: Callable[[], contextlib.AbstractContextManager[Any]],
+    ) -> None:
+        """``settings``: ``agents/llm.py``'s ``LLMConfig`` (the KL, score and
+        ``forward_batch_size`` settings)."""
+        if not reference.adapters_disabled:
+            reference.lm.to(device)
+        self.reference = reference
+        self.settings = settings
+        self.device = device
+        self.autocast = autocast
+        self.needs_reference_pass = settings.adaptive_kl or settings.init_kl_coef > 0
         """Whether the update uses the reference: not under a KL coefficient fixed at 0
         (``adaptive_kl false``, ``init_kl_coef 0``; TRL's GRPO default), where the pass would
         be computed only to be multiplied by 0. As TRL does, the update then skips it: the
         batch's KL is not measured (the learner reports none, zeros stand in for the pass's
         tensors), and the held-out evaluation still measures it."""
-        return self.config.adaptive_kl or self.config.init_kl_coef > 0
+        self.kl_ctl, self.score_moments = self._fresh_kl_and_scores()
+
+    def shape(self, rollout: Rollout, watch: Watch) -> ShapedRollout:
+        """The reference pass and the scaled rewards of ``rollout``, with the KL coefficient
+        in force. The shaped rollout goes without the full log-probs: (B, T, V), needed
+        only for the KL, so not held while learning."""
+        kl, ref_logprobs = self.reference_pass(rollout, watch)
+        scores = self.scaled_rewards(rollout)
+        without_full = dataclasses.replace(rollout, full_logprobs=None)
+        return ShapedRollout(without_full, kl, ref_logprobs, scores, float(self.kl_ctl.value))
+
+    @torch.no_grad()
+    def reference_pass(
+        self, rollout: Rollout, watch: Watch, estimator: str | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One batched forward of the reference over the rollout: the KL(pi || pi_ref) per
+        response token (by ``estimator``, default the configured one), and the reference
+        log-prob of each sampled token (GRPO's k3 term). Both (B, T), zero on padding; both
+        zero everywhere, with no forward, for an update that does not use them
+        (:attr:`needs_reference_pass`, only when ``estimator`` is not given). The pass runs
+        inside ``watch("reference")``, each chunk inside ``watch("reference_forward")``."""
+        if estimator is None and not self.needs_reference_pass:
+            skipped = torch.zeros(rollout.tokens.shape)
+            return skipped, skipped
+        with watch("reference"):
+            return self._reference_pass(rollout, estimator or self.settings.kl_estimator, watch)
 
     def _reference_pass(
-        self, rollout: Rollout, estimator: str
+        self, rollout: Rollout, estimator: str, watch: Watch
     ) -> tuple[torch.Tensor, torch.Tensor]:
         ids, mask, pos = rollout.sequences()
         B, T = rollout.tokens.shape
         kl, token_logprobs = torch.zeros(B, T), torch.zeros(B, T)
         everyone = by_prompt_length(torch.arange(B), rollout.prompt_mask)
-        for rows in everyone.split(self.config.forward_batch_size):
+        for rows in everyone.split(self.settings.forward_batch_size):
             inputs = without_shared_padding(
                 mask[rows], ids[rows], mask[rows], pos[rows], keep=T + 1
             )
             inputs = [x.to(self.device) for x in inputs]
-            probe = self.probe.phase("reference_forward", self, inputs=inputs, keep=T + 1)
-            with probe, self.accelerator.autocast():
+            probe = watch("reference_forward", inputs=inputs, keep=T + 1)
+            with probe, self.autocast():
                 logits = self.reference.logits(*inputs, keep=T + 1)
             # One row at a time: the (T, V) log-softmax and the KL's (T, V) temporaries of a
             # whole chunk would be the reference pass's largest tensors, for no gain in speed.
@@ -73,21 +119,17 @@ class ReferenceAndKL:
             kl = pm.kl_sampled(rollout.logprobs, token_logprobs, estimator)
         return kl * rollout.mask, token_logprobs * rollout.mask
 
-    def reference_kl(self, rollout: Rollout) -> torch.Tensor:
-        """KL(pi || pi_ref) per response token (see :meth:`reference_pass`)."""
-        return self.reference_pass(rollout)[0]
-
     def scaled_rewards(self, rollout: Rollout) -> torch.Tensor:
         """The rewards the game paid (the task scores, mixed by ``lam`` in a cooperative
         game), scaled as ``score_scaling``/``score_norm``/``score_clip`` say."""
-        cfg = self.config
+        cfg = self.settings
         moments = self.score_moments if cfg.score_scaling else None
         return pm.scale_scores(
             rollout.rewards.clone(), moments, cfg.score_scaling, cfg.score_norm, cfg.score_clip
         )
 
     def _fresh_kl_and_scores(self) -> tuple[Any, pm.RunningMoments]:
-        cfg = self.config
+        cfg = self.settings
         kl_ctl = (
             pm.AdaptiveKLController(cfg.init_kl_coef, cfg.kl_target, cfg.kl_horizon)
             if cfg.adaptive_kl
@@ -96,8 +138,5 @@ class ReferenceAndKL:
         return kl_ctl, pm.RunningMoments()
 
     def restart(self) -> None:
-        """A fresh optimiser state, KL coefficient and score statistics; the weights, the
-        value head and the random streams are kept. What the official CORY code's
-        save-and-reload at each role exchange amounts to (``restart_on_exchange``)."""
-        self.optimizer.state.clear()  # Adam's moments and step counts start again lazily
+        """A fresh KL coefficient and fresh score statistics."""
         self.kl_ctl, self.score_moments = self._fresh_kl_and_scores()

@@ -4,12 +4,13 @@ as the official CORY code).
 Acting, the reference pass, KL control and persistence are the LLM learner base's
 (``agents/llm.py``). ``learn`` does, top to bottom:
 
-1. one batched forward of the frozen reference over the whole sequences: KL per token;
+1. one batched forward of the frozen reference over the whole sequences: KL per token
+   (``start_update``, with the scaled game rewards);
 2. per-token rewards ``-kl_coef * KL_t`` with the (scaled) game reward at the last token;
 3. GAE advantages (whitened) and returns from the values recorded while acting;
 4. ``ppo_epochs`` passes over shuffled mini-batches of clipped policy + value loss
    (``agents/update.py`` steps it);
-5. the KL controller update from the batch's mean summed KL.
+5. the KL controller update from the batch's mean summed KL (``finish``).
 
 Each term of the math is checked against hand-computed values in ``agents/ppo_math.py``.
 """
@@ -26,7 +27,6 @@ from cory_rl.agents import engine_correction as ec
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents.llm import LLMConfig, LLMLearner
 from cory_rl.agents.registry import Seat, register_learner
-from cory_rl.agents.update import minibatch_update
 
 
 @dataclass
@@ -34,11 +34,19 @@ class PPOConfig(LLMConfig):
     """The shared LLM settings plus PPO's own (defaults: CORY's IMDB settings)."""
 
     ppo_epochs: int = 4
+    """Passes over each batch, each in shuffled mini-batches (TRL 0.7's ``ppo_epochs``)."""
     gamma: float = 1.0
+    """Discount of the per-token rewards in GAE (1 = none)."""
     gae_lambda: float = 0.95
+    """GAE's lambda, from one-step TD advantages (0) to Monte Carlo returns (1)."""
     clip_range: float = 0.2
+    """The policy ratio's clip, to [1 - clip_range, 1 + clip_range] (TRL 0.7's
+    ``cliprange``)."""
     clip_range_value: float = 0.2
+    """The value head's clip: new values stay within this of those recorded while acting
+    (TRL 0.7's ``cliprange_value``)."""
     vf_coef: float = 0.1
+    """Weight of the value loss beside the policy loss."""
     ratio_threshold: float | None = 10.0
     """Skip a chunk whose mean PPO ratio exceeds this (TRL 0.7's guard against loss
     spikes, default 10); None = never skip."""
@@ -61,21 +69,19 @@ class PPOConfig(LLMConfig):
 
 
 class PPOAgent(LLMLearner):
-    """One PPO learner (a :class:`agents.base.Learner`): policy, critic, optimiser, KL control."""
+    """One PPO learner (a :class:`cory_rl.agents.base.Learner`): policy, critic, optimiser,
+    KL control."""
 
     name = "ppo"
 
     def learn(self) -> dict[str, float]:
         """One PPO update on the rollout collected since the last call."""
-        cfg, ro = self.config, self.take_rollout()
+        cfg, shaped = self.config, self.start_update()  # the rollout, its KL and scores
+        ro = shaped.rollout
         mask = ro.mask.float()
 
         # Rewards: a KL penalty at every token, the (scaled) game reward at the last one.
-        kl = self.reference_kl(ro)
-        ro.full_logprobs = None  # (B, T, V): not needed past the KL, so not held while learning
-        scores = self.scaled_rewards(ro)
-        kl_coef = float(self.kl_ctl.value)
-        rewards, non_score = pm.token_rewards(scores, kl, mask, kl_coef)
+        rewards, non_score = pm.token_rewards(shaped.scores, shaped.kl, mask, shaped.kl_coef)
         # Advantages and value targets from the values recorded while acting.
         advantages, returns = pm.gae(rewards, ro.values, mask, cfg.gamma, cfg.gae_lambda)
         if cfg.whiten_advantages:
@@ -87,7 +93,7 @@ class PPOAgent(LLMLearner):
             mb: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor
         ) -> tuple[torch.Tensor, dict[str, Any]]:
             """Clipped policy loss + vf_coef * clipped value loss, token means."""
-            logprobs = self.sampled_logprobs(logits, mb)
+            logprobs = self.sampler.sampled_logprobs(logits, mb)
             pg_loss, pg_stats = pm.policy_loss(
                 logprobs, mb["old_logprobs"], mb["advantages"], mb["mask"], cfg.clip_range,
                 weights=mb.get(ec.WEIGHTS),
@@ -105,11 +111,11 @@ class PPOAgent(LLMLearner):
                           "skipped_fraction": float(skip), **pg_stats, **vf_stats}  # fmt: skip
 
         # TRL 0.7 averages the micro-batches' token means: micro-batches weigh by rows.
-        stats = minibatch_update(self, data, ppo_loss, epochs=cfg.ppo_epochs, unit="token",
-                                 weigh_micro_batches="rows", prefix="ppo")  # fmt: skip
+        stats = self.update(data, ppo_loss, epochs=cfg.ppo_epochs, unit="token",
+                            weigh_micro_batches="rows", prefix="ppo")  # fmt: skip
         return {
             **stats,
-            **self.finish(ro, kl, kl_coef, scores),  # the KL controller update, shared stats
+            **self.finish(shaped),  # the KL controller update, shared stats
             "objective/non_score_reward": float(non_score.sum(dim=1).mean()),
             "ppo/returns_mean": float(pm.masked_mean(returns, mask)),
             "ppo/values_mean": float(pm.masked_mean(ro.values, mask)),

@@ -9,7 +9,7 @@
 
 The run builds one learner per seat: ``Seat`` carries the seat's name, its validated
 hyper-parameters (``seat.settings``), its tokenizer, and for LLM learners the shared
-:class:`agents.policy.ModelPool` (``seat.model_pool``), which loads each base model once
+:class:`cory_rl.agents.policy.ModelPool` (``seat.model_pool``), which loads each base model once
 and gives every seat of that base one frozen reference. Every module in ``agents/`` is
 imported on the first look-up, so dropping a file there is all it takes; a package of
 one's own registers its learners through the ``cory.learners`` entry point, or
@@ -47,7 +47,7 @@ class Seat:
     model: str
     """The model id or path of this seat (LLM learners load it through ``model_pool``)."""
     model_pool: Any
-    """The run's :class:`agents.policy.ModelPool` (shared by all seats)."""
+    """The run's :class:`cory_rl.agents.policy.ModelPool` (shared by all seats)."""
     accelerator: Any
     seed: int
     group_size: int = 1
@@ -120,11 +120,11 @@ def _discover() -> None:
     global _DISCOVERED
     if _DISCOVERED:
         return
-    _DISCOVERED = True
     for module in pkgutil.iter_modules(agents.__path__):
-        if not module.name.startswith("_"):
+        if not module.name.startswith("_"):  # a module that fails to import fails every look-up
             importlib.import_module(f"{agents.__name__}.{module.name}")
     load_plugins(LEARNERS)
+    _DISCOVERED = True
 
 
 def available_learners() -> list[str]:

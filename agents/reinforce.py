@@ -35,7 +35,6 @@ from cory_rl.agents import state_io
 from cory_rl.agents.llm import LLMConfig, LLMLearner
 from cory_rl.agents.policy import PolicyWithValue, Reference
 from cory_rl.agents.registry import Seat, register_learner
-from cory_rl.agents.update import minibatch_update
 
 BASELINES = ("batch_mean", "running_mean", "none")
 
@@ -55,7 +54,10 @@ class ReinforceConfig(LLMConfig):
     """
 
     gamma: float = 1.0
+    """Discount of the returns-to-go ``G_t = sum_{s>=t} gamma^(s-t) r_s`` (1 = none)."""
     baseline: str = "batch_mean"
+    """The b of ``G_t - b``: ``batch_mean`` (the batch's mean return-to-go),
+    ``running_mean`` (an EMA of earlier batches' means) or ``none`` (b = 0)."""
     baseline_decay: float = 0.9
     """Weight of the old value in the ``running_mean`` baseline's update."""
 
@@ -100,12 +102,10 @@ class ReinforceAgent(LLMLearner):
 
     def learn(self) -> dict[str, float]:
         """One REINFORCE update on the rollout collected since the last call."""
-        cfg, ro = self.config, self.take_rollout()
+        cfg, shaped = self.config, self.start_update()  # the rollout, its KL and scores
+        ro = shaped.rollout
         mask = ro.mask.float()
-        kl = self.reference_kl(ro)
-        scores = self.scaled_rewards(ro)
-        kl_coef = float(self.kl_ctl.value)
-        rewards, non_score = pm.token_rewards(scores, kl, mask, kl_coef)
+        rewards, non_score = pm.token_rewards(shaped.scores, shaped.kl, mask, shaped.kl_coef)
         returns = pg.returns_to_go(rewards, mask, cfg.gamma)
         b = self.baseline(returns, mask)
         advantages = (returns - b) * mask
@@ -114,14 +114,14 @@ class ReinforceAgent(LLMLearner):
         data = {**ro.batch_tensors(), "advantages": advantages}
 
         def reinforce_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
-            logprobs = self.sampled_logprobs(logits, mb)
+            logprobs = self.sampler.sampled_logprobs(logits, mb)
             loss = -pm.masked_mean(ec.weighted(logprobs * mb["advantages"], mb), mb["mask"])
             return loss, {"loss": loss, **pm.ratio_stats(logprobs, mb["old_logprobs"], mb["mask"])}
 
-        stats = minibatch_update(self, data, reinforce_loss, epochs=1)
+        stats = self.update(data, reinforce_loss, epochs=1)
         return {
             **stats,
-            **self.finish(ro, kl, kl_coef, scores),
+            **self.finish(shaped),
             "objective/non_score_reward": float(non_score.sum(dim=1).mean()),
             "reinforce/returns_mean": float(pm.masked_mean(returns, mask)),
             "reinforce/baseline": b,

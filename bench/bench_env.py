@@ -14,13 +14,16 @@ values recorded, exactly as in training). It measures, with
 and prints both env costs as fractions of the model's generation time (target < 5% each).
 
     python bench/bench_env.py [--batch-size 64] [--new-tokens 16] [--seed 0] [--threads N]
+        [--model embedded] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,7 +33,13 @@ import cory_env
 from cory_rl.agents.policy import build_policies, lm_forward
 from cory_rl.agents.ppo import PPOAgent, PPOConfig
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
+
+from bench import smoke
+
 TARGET = 0.05
+SMOKE = {"model": None, "batch_size": 2, "new_tokens": 3}
+"""``--smoke``: both policies on a batch of 2 games of the tiny model."""
 
 
 class TimedGame:
@@ -86,7 +95,8 @@ class RandomPolicy:
 
 
 class AgentPolicy:
-    """The real acting path: one :class:`agents.ppo.PPOAgent` per seat, as training runs it."""
+    """The real acting path: one :class:`cory_rl.agents.ppo.PPOAgent` per seat, as training
+    runs it."""
 
     def __init__(self, lm: torch.nn.Module, n_agents: int, pad_token_id: int, seed: int) -> None:
         policies, reference = build_policies(lm, n_agents)
@@ -133,25 +143,11 @@ def make_game(args: argparse.Namespace, tokenizer: Any) -> TimedGame:
     return TimedGame(game)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--new-tokens", type=int, default=16)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--threads",
-        type=int,
-        default=None,
-        help="torch intra-op threads (default: leave torch's default); on a machine shared "
-        "with other busy processes, 1 avoids OpenMP threads waiting on each other",
-    )
-    args = parser.parse_args()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-
-    tokenizer = cory_env.load_tokenizer("embedded")
+def run(args: argparse.Namespace) -> tuple[dict[str, dict[str, float]], float]:
+    """Both policies' timings, and the seconds the model took to load."""
+    tokenizer = cory_env.load_tokenizer(args.model)
     start = time.perf_counter()
-    lm = cory_env.load_causal_lm("embedded")
+    lm = cory_env.load_causal_lm(args.model)
     load_s = time.perf_counter() - start
     torch.manual_seed(args.seed)
     with torch.inference_mode():  # warm-up, not timed: first-call allocations
@@ -168,6 +164,27 @@ def main() -> None:
             args.seed,
         ),
     }
+    return results, load_s
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--new-tokens", type=int, default=16)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch intra-op threads (default: leave torch's default); on a machine shared "
+        "with other busy processes, 1 avoids OpenMP threads waiting on each other",
+    )
+    parser.add_argument("--model", default="embedded", help="the policies' model")
+    args = smoke.parse_args(parser, argv, SMOKE)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    with smoke.model_for(args):
+        results, load_s = run(args)
     model_gen = results["model"]["generation"]
 
     print(

@@ -18,6 +18,7 @@ It prints both runs per process and their ratios, measured in this one run.
 
     python bench/bench_sharding.py [--algorithm cory] [--lora] [--processes 2]
         [--iterations 3] [--batch_size 8] [--model embedded] [--device cpu|cuda] [--out FILE]
+        [--smoke]
 """
 
 from __future__ import annotations
@@ -36,7 +37,28 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel import DistributedDataParallel
+
+from cory_rl.agents.sharding import is_sharded
+from cory_rl.train.config import allocator
+from cory_rl.train.config.resolve import build_config
+from cory_rl.train.core.build import build_game_and_learners, make_accelerator
+from cory_rl.train.core.callbacks import Callback
+from cory_rl.train.core.distributed import Processes
+from cory_rl.train.core.memory import reset_rss_peak, rss_peak_mb
+from cory_rl.train.training.loop import train
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
+
+from bench import smoke
+from bench.provenance import ROOT, commit
+
+SMOKE = {"model": None, "iterations": 2, "batch_size": 2}
+"""``--smoke``: both launches of 2 processes, 2 iterations (the first a warm-up) of the tiny
+model."""
 SEAT = contextvars.ContextVar("seat", default="other")
 """The seat whose work runs now (set by each learner's probe)."""
 TRAFFIC: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -70,7 +92,6 @@ class TimedWork:
 
 def count_collectives() -> None:
     """Wrap the collectives FSDP2 calls: bytes of the full tensor, time to completion."""
-    import torch.distributed as dist
 
     def wrap(name: str, op: str, size_of: Any) -> None:
         original = getattr(dist, name, None)
@@ -109,9 +130,6 @@ def count_collectives() -> None:
 
 def count_ddp(learners: dict[str, Any]) -> None:
     """A DDP communication hook per seat: DDP's own all-reduce, counted."""
-    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
-    from torch.nn.parallel import DistributedDataParallel
-
     for agent, learner in learners.items():
         ddp = getattr(learner, "policy", None)
         if not isinstance(ddp, DistributedDataParallel):
@@ -135,7 +153,8 @@ def count_ddp(learners: dict[str, Any]) -> None:
 
 
 class SeatProbe:
-    """A learner probe that marks its learner's work as the seat's (``agents.llm.Probe``)."""
+    """A learner probe (``cory_rl.agents.llm.Probe``) that marks its learner's work as the
+    seat's."""
 
     def __init__(self, agent: str) -> None:
         self.agent = agent
@@ -153,10 +172,6 @@ def held_mb(learners: dict[str, Any]) -> dict[str, float]:
     """What this process holds between updates: the weights (its shards, or whole copies)
     of every policy, value head and reference, and the optimisers' moments; each storage
     counted once (seats share a reference, LoRA seats a base)."""
-    import torch
-
-    from cory_rl.agents.sharding import is_sharded
-
     seen: set[int] = set()
 
     def size(tensors: Any) -> float:
@@ -177,22 +192,31 @@ def held_mb(learners: dict[str, Any]) -> dict[str, float]:
     return {"weights": weights, "optimizer": moments}
 
 
+class Clock(Callback):
+    """Each iteration from its rollout to the end of its learning, and each phase's peak
+    resident memory, on every process."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self.phase_peaks: dict[str, float] = defaultdict(float)
+        self.began = 0.0
+
+    @contextlib.contextmanager
+    def phase(self, name: str, iteration: int):  # noqa: ANN201
+        start = time.perf_counter()
+        reset_rss_peak()
+        yield
+        self.phase_peaks[name] = max(self.phase_peaks[name], rss_peak_mb())
+        if name == "rollout":
+            self.began = start
+        elif name == "learn":
+            self.seconds.append(time.perf_counter() - self.began)
+
+
 def worker(args: argparse.Namespace) -> None:
     """One process of one launch: train, then write this process's figures."""
-    from cory_rl.train.config import allocator
-
     # the heap allocator training runs on (cory_rl.train.config.allocator)
     allocator.relaunch("auto")
-
-    import torch
-
-    from cory_rl.train.config.resolve import build_config
-    from cory_rl.train.core.build import build_game_and_learners, make_accelerator
-    from cory_rl.train.core.callbacks import Callback
-    from cory_rl.train.core.distributed import Processes
-    from cory_rl.train.core.memory import reset_rss_peak, rss_peak_mb
-    from cory_rl.train.training.loop import train
-
     count_collectives()
     config = build_config(
         "smoke",
@@ -211,35 +235,18 @@ def worker(args: argparse.Namespace) -> None:
         learner.probe = SeatProbe(agent)
     if args.mode == "none":
         count_ddp(learners)
-    seconds: list[float] = []
-
-    phase_peaks: dict[str, float] = defaultdict(float)
-
-    class Clock(Callback):
-        """Each iteration from its rollout to the end of its learning, and each phase's peak
-        resident memory, on every process."""
-
-        @contextlib.contextmanager
-        def phase(self, name: str, iteration: int):  # noqa: ANN201
-            start = time.perf_counter()
-            reset_rss_peak()
-            yield
-            phase_peaks[name] = max(phase_peaks[name], rss_peak_mb())
-            if name == "rollout":
-                self.began = start
-            elif name == "learn":
-                seconds.append(time.perf_counter() - self.began)
-
+    clock = Clock()
     reset_rss_peak()
-    train(config, learners, game, Path(args.run_dir), False, processes, callbacks=[Clock()])
+    train(config, learners, game, Path(args.run_dir), False, processes, callbacks=[clock])
     figures = {
-        "mode": args.mode, "process": processes.index, "peak_rss_mb": max(phase_peaks.values()),
-        "phase_peak_mb": dict(phase_peaks), "held_mb": held_mb(learners),
+        "mode": args.mode, "process": processes.index,
+        "peak_rss_mb": max(clock.phase_peaks.values()),
+        "phase_peak_mb": dict(clock.phase_peaks), "held_mb": held_mb(learners),
         "allocator": allocator.in_use(),
         "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available()
         else None,
         "traffic": {seat: dict(v) for seat, v in TRAFFIC.items()},
-        "s_per_iteration": seconds[1:] or seconds,
+        "s_per_iteration": clock.seconds[1:] or clock.seconds,
         "sharded": [learner.sharding is not None for learner in learners.values()],
     }  # fmt: skip
     out = Path(args.figures) / f"{args.mode}-{processes.index}.json"
@@ -272,12 +279,6 @@ def launch(args: argparse.Namespace, mode: str, figures: Path, run_dir: Path) ->
     if done.returncode != 0:
         errors = [line for line in done.stderr.splitlines() if "Error" in line or "error" in line]
         raise SystemExit(f"the {mode} launch failed:\n" + "\n".join(errors[-20:]))
-
-
-def commit() -> str:
-    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                          text=True, check=False)  # fmt: skip
-    return done.stdout.strip()
 
 
 def mb(nbytes: float) -> str:
@@ -335,10 +336,10 @@ def report(figures: Path, args: argparse.Namespace) -> dict[str, Any]:
     settings = {
         k: v for k, v in vars(args).items() if k not in ("out", "figures", "run_dir", "worker")
     }
-    return {"settings": settings, "commit": commit(), "runs": rows}
+    return {"settings": settings, "commit": commit(ROOT), "runs": rows}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--algorithm", default="cory")
     parser.add_argument("--lora", action="store_true")
@@ -352,12 +353,12 @@ def main() -> None:
     parser.add_argument("--worker", choices=("fsdp2", "none"), help=argparse.SUPPRESS)
     parser.add_argument("--figures", help=argparse.SUPPRESS)
     parser.add_argument("--run_dir", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = smoke.parse_args(parser, argv, SMOKE)
     if args.worker:
         args.mode = args.worker
         worker(args)
         return
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, smoke.model_for(args):
         for mode in ("fsdp2", "none"):
             launch(args, mode, Path(tmp), Path(tmp) / f"run-{mode}")
         result = report(Path(tmp), args)

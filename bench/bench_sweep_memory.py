@@ -6,21 +6,33 @@ run's ``memory/peak_mb`` at its first and last update in the order the runs trai
 leak shows as peaks that climb by about one run's optimiser state each time; without one
 they stay at the largest run so far (mimalloc keeps freed memory resident for reuse).
 
-    python bench/bench_sweep_memory.py [--algorithms ppo] [--seeds 0 1 2] [--json OUT]
+    python bench/bench_sweep_memory.py [--algorithms ppo] [--seeds 0 1 2] [--json OUT] [--smoke]
+
+``--smoke`` sweeps two seeds of two updates of 4 games each on the tiny model.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
+
+from bench import smoke
+from bench.provenance import commit
+
 FLAGS = ["--preset", "cpu", "--iterations", "2", "--batch_size", "16",
          "--mini_batch_size", "8", "--checkpoint_every", "5"]  # fmt: skip
 """Two updates of 16 games: enough for every learner to build its optimiser state."""
+SMOKE = {"seeds": ["0", "1"]}
+SMOKE_FLAGS = ["--preset", "smoke", "--iterations", "2", "--batch_size", "4",
+               "--mini_batch_size", "2", "--checkpoint_every", "5"]  # fmt: skip
+"""A smoke run's flags beside the tiny model's: two updates of 4 games."""
 
 
 def run_peaks(run: Path) -> list[float]:
@@ -28,26 +40,28 @@ def run_peaks(run: Path) -> list[float]:
     return [row["memory/peak_mb"] for row in rows if "memory/peak_mb" in row]
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--algorithms", nargs="+", default=["ppo"])
     parser.add_argument("--seeds", nargs="+", default=["0", "1", "2"])
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True, check=False).stdout.strip()  # fmt: skip
-    with tempfile.TemporaryDirectory() as out:
+    args = smoke.parse_args(parser, argv, SMOKE)
+    version = commit()
+    with tempfile.TemporaryDirectory() as out, contextlib.ExitStack() as stack:
+        flags = FLAGS
+        if args.smoke:  # the tiny model, for as long as the sweep lasts
+            flags = [*SMOKE_FLAGS, "--model", stack.enter_context(smoke.tiny_model())]
         command = [sys.executable, "train/sweep.py", "--algorithms", *args.algorithms,
-                   "--seeds", *args.seeds, *FLAGS, "--out", out]  # fmt: skip
+                   "--seeds", *args.seeds, *flags, "--out", out]  # fmt: skip
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         runs = sorted(Path(out).glob("*/metrics.jsonl"), key=lambda p: p.stat().st_mtime)
         peaks = {p.parent.name: run_peaks(p.parent) for p in runs}
-    print(f"commit {commit}: {' '.join(command[1:-2])}")
+    print(f"commit {version}: {' '.join(command[1:-2])}")
     print("run (in the order trained) | peak MB at the first update | at the last")
     for name, values in peaks.items():
         print(f"{name} | {values[0]:.0f} | {values[-1]:.0f}")
     if args.json:
-        args.json.write_text(json.dumps({"commit": commit, "flags": FLAGS, "peaks_mb": peaks},
+        args.json.write_text(json.dumps({"commit": version, "flags": flags, "peaks_mb": peaks},
                                         indent=1) + "\n")  # fmt: skip
 
 

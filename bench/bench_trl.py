@@ -13,13 +13,13 @@ count or prompt list that differs.
         [--beta B] [--mini_batch_size N] [--gradient_accumulation_steps 1]
         [--max_grad_norm 1.0] [--activation_checkpointing] [--threads N]
         [--device cpu|cuda] [--allocator auto|mimalloc|system] [--out FILE] [--logs DIR]
+        [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
 import json
 import os
 import platform
@@ -33,7 +33,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from cory_env import load_causal_lm, load_tokenizer
+from cory_env.query import Query
+from cory_env.rewards import VaderSentimentReward
+from cory_rl.train.config import allocator
 from cory_rl.train.core.callbacks import Callback
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
+
+from bench import smoke
+from bench.provenance import code_version
 
 LEARNERS = ("grpo", "rloo")
 TRL_BETA = {"grpo": 0.0, "rloo": 0.05}
@@ -44,6 +55,9 @@ EPSILON = 0.2
 KL_ESTIMATOR = {"rloo": "k1", "grpo": "k3"}
 """The KL estimate TRL uses: RLOO's k1 of the sampling policy in the reward, GRPO's k3."""
 SIDES = ("ours", "trl")
+SMOKE = {"model": None, "steps": 2, "prompts": 2, "group_size": 2, "new_tokens": 3}
+"""``--smoke``: both learners and both sides, 2 steps (the first a warm-up) of 4 answers of
+the tiny model."""
 
 
 # ----------------------------------------------------------------------------- settings
@@ -226,7 +240,7 @@ def trl_optimizer_steps_per_cycle(kwargs: dict[str, Any]) -> float:
 # ----------------------------------------------------------------------------- measuring
 def process_peak_mb() -> float:
     """This process's lifetime peak resident memory (MB, getrusage): never reset, unlike
-    ``train.memory.rss_peak_mb``, which a run resets at its start."""
+    ``cory_rl.train.core.memory.rss_peak_mb``, which a run resets at its start."""
     scale = 1024 if sys.platform != "darwin" else 1024**2
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / scale
 
@@ -247,7 +261,7 @@ def steady_mean(values: Sequence[float]) -> float:
 
 
 class OurTokens:
-    """An ``agents.llm.Probe``: counts the completion tokens sampled (``end_rollout``) and
+    """A ``cory_rl.agents.llm.Probe``: counts the completion tokens sampled (``end_rollout``) and
     those run through the policy's training forward (``forward``: the last ``keep - 1``
     positions are the response, right-padded)."""
 
@@ -298,23 +312,11 @@ class OurSteps(Callback):
             self.rewards.append(float(row["score_mean"]))
 
 
-def _bench_train() -> Any:
-    """bench/bench_train.py as a module, for its helpers (it imports torch), loaded from
-    its file beside this one, as a script or from the tests."""
-    path = Path(__file__).resolve().with_name("bench_train.py")
-    spec = importlib.util.spec_from_file_location("bench_train", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("bench_train", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 def run_ours(args: argparse.Namespace, learner: str) -> dict[str, Any]:
     """Train ``args.steps`` iterations of our learner through the real loop, measured."""
-    import torch
-
+    # Each side's process imports only its own side, so that each peak memory is its own:
+    # our loop, game and learners here, TRL (about 100 MB resident) in run_trl.
     import cory_rl.train.training.loop as loop
-    from cory_rl.train.config import allocator
     from cory_rl.train.config.resolve import build_config
     from cory_rl.train.core.build import build_game_and_learners
     from cory_rl.train.core.checkpoint import CheckpointWriter
@@ -344,29 +346,24 @@ def run_ours(args: argparse.Namespace, learner: str) -> dict[str, Any]:
         "prompts": steps.prompts,
         "rewards": steps.rewards,
         "peak_mb_after_step": steps.peak_mb,
-        "cuda_peak_mb": _cuda_peak_mb(torch),
+        "cuda_peak_mb": _cuda_peak_mb(),
         "settings": config.to_dict(),
         "allocator": allocator.describe(),
         "threads": torch.get_num_threads(),
     }
 
 
-def _cuda_peak_mb(torch: Any) -> float | None:
+def _cuda_peak_mb() -> float | None:
     return torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None
 
 
 def run_trl(args: argparse.Namespace, learner: str, prompts: list[list[str]]) -> dict[str, Any]:
     """Train TRL's trainer for the same steps on the same prompts, measured."""
-    import torch
+    # TRL's side only, as run_ours's imports are ours only: each peak memory is its own.
     import transformers
     import trl
     from datasets import Dataset
     from transformers import TrainerCallback
-
-    from cory_env import load_causal_lm, load_tokenizer
-    from cory_env.query import Query
-    from cory_env.rewards import VaderSentimentReward
-    from cory_rl.train.config import allocator
 
     plan = make_plan(args)
     trainer_class = getattr(trl, TRL_NAMES[learner])
@@ -438,7 +435,7 @@ def run_trl(args: argparse.Namespace, learner: str, prompts: list[list[str]]) ->
         "prompts": seen_prompts,
         "rewards": rewards,
         "peak_mb_after_step": peak_mb[per_cycle - 1 :: per_cycle],
-        "cuda_peak_mb": _cuda_peak_mb(torch),
+        "cuda_peak_mb": _cuda_peak_mb(),
         "settings": {k: v for k, v in kwargs.items() if k != "output_dir"},
         "versions": {"trl": trl.__version__, "transformers": transformers.__version__},
         "allocator": allocator.describe(),
@@ -449,8 +446,6 @@ def run_trl(args: argparse.Namespace, learner: str, prompts: list[list[str]]) ->
 # ----------------------------------------------------------------------------- processes
 def child_environment(args: argparse.Namespace) -> dict[str, str]:
     """Both sides' environment: training's heap allocator (cory_rl.train.config.allocator)."""
-    from cory_rl.train.config import allocator
-
     env = allocator.relaunch_environment(
         args.allocator, os.environ, allocator.mimalloc_library(),
         lean=args.activation_checkpointing,
@@ -598,7 +593,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--learner", choices=LEARNERS, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--result", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--prompts_file", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = smoke.parse_args(parser, argv, SMOKE)
     try:
         make_plan(args)
     except ValueError as err:
@@ -611,8 +606,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def child_main(args: argparse.Namespace) -> None:
     """One side, in this process: train, then write the result file."""
     if args.threads is not None:
-        import torch
-
         torch.set_num_threads(args.threads)
     if args.child == "ours":
         data = run_ours(args, args.learner)
@@ -622,12 +615,9 @@ def child_main(args: argparse.Namespace) -> None:
     Path(args.result).write_text(json.dumps(data, default=str))
 
 
-def main(argv: list[str] | None = None) -> dict[str, Any]:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    if args.child is not None:
-        child_main(args)
-        return {}
+def run_sides(args: argparse.Namespace, argv: list[str]) -> dict[str, dict[str, Any]]:
+    """Per learner, ours and then TRL's trainer on the prompts ours answered, each in a
+    process of its own."""
     env = child_environment(args)
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -641,9 +631,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"TRL {TRL_NAMES[learner]} ...", flush=True)
             theirs = run_child(argv, "trl", learner, workdir, env, prompts_file)
             results[learner] = {"ours": ours, "trl": theirs}
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    if args.child is not None:
+        child_main(args)
+        return {}
+    with smoke.model_for(args):  # both sides on one model (a smoke run's too)
+        results = run_sides(args, [*argv, "--model", args.model])
     lines = [
         title(args, results),
-        f"code: {_bench_train().code_version()}",
+        f"code: {code_version()}",
         *report(results, args),
     ]
     print("\n".join(lines), flush=True)

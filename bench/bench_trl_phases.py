@@ -6,13 +6,13 @@ question, where the seconds go, so it does patch: TRL's phases are timed by wrap
 ``model.generate`` (generation), ``_get_per_token_logps_and_entropies`` (each forward of
 the policy or the reference, with and without gradients), ``torch.autograd.backward`` and
 the optimiser's ``step``; what is left of the step (rewards, advantages, bookkeeping,
-logging) is "other". Ours is timed by ``bench/bench_train.py``'s phase recorder, through
-the learners' probes. Same settings and prompts as ``bench_trl.py`` (its
-``our_overrides`` and ``trl_kwargs``; ours runs first and TRL gets its prompts), each side
-in its own process, one after the other.
+logging) is "other". Ours is timed by the phase recorder of ``bench/measure.py`` (as
+``bench_train.py`` is), through the learners' probes. Same settings and prompts as
+``bench_trl.py`` (its ``our_overrides`` and ``trl_kwargs``; ours runs first and TRL gets its
+prompts), each side in its own process, one after the other.
 
 The floor is the arithmetic both sides must do at these settings, at this machine's matmul
-peak: sampling the answers token by token (FLOPs counted by ``bench_train.py``) and one
+peak: sampling the answers token by token (FLOPs counted by ``bench/measure.py``) and one
 forward and backward of the policy over prompt + answer. A step at half of TRL's time
 needs to be under it wherever TRL's step is less than twice the floor.
 
@@ -20,7 +20,7 @@ Usage::
 
     python bench/bench_trl_phases.py [--learners grpo rloo] [--new_tokens 64] [--steps 4]
 
-It takes ``bench_trl.py``'s arguments.
+It takes ``bench_trl.py``'s arguments, ``--smoke`` included.
 """
 
 from __future__ import annotations
@@ -34,20 +34,29 @@ import time
 from pathlib import Path
 from typing import Any
 
-import bench_trl  # beside this script: python bench/bench_trl_phases.py puts bench/ first
+import torch
+import transformers
+import trl
+
+from cory_env import load_causal_lm
+from cory_rl.train.config import allocator
+from cory_rl.train.config.resolve import build_config
+from cory_rl.train.core.build import build_game_and_learners
+from cory_rl.train.training.loop import train
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
+
+from bench import bench_trl, smoke
+from bench.measure import LoopTimer, Recorder, instrument, matmul_peak, matmul_shapes, mean_phases
+from bench.provenance import code_version
 
 PHASES = ("generation", "reference / old forward", "forward", "backward", "optimiser", "other")
 
 
 def ours_phases(args: Any, learner: str) -> dict[str, Any]:
-    """Our learner through the real loop with bench_train's recorder: mean phase seconds."""
-    import bench_train
+    """Our learner through the real loop with the bench's recorder: mean phase seconds."""
 
-    import cory_rl.train.training.loop as loop
-    from cory_rl.train.config.resolve import build_config
-    from cory_rl.train.core.build import build_game_and_learners
-
-    class Prompts(bench_train.LoopTimer):
+    class Prompts(LoopTimer):
         """The recorder's loop timer, also keeping each step's prompts for TRL."""
 
         def __init__(self, rec: Any, game: Any, group_size: int) -> None:
@@ -65,11 +74,11 @@ def ours_phases(args: Any, learner: str) -> dict[str, Any]:
         config = build_config(overrides=bench_trl.our_overrides(args, learner, str(run_dir)),
                               algorithm=learner)  # fmt: skip
         game, learners = build_game_and_learners(config)
-        rec = bench_train.Recorder(next(iter(learners.values())).device)
-        bench_train.instrument(rec, learners)
+        rec = Recorder(next(iter(learners.values())).device)
+        instrument(rec, learners)
         timer = Prompts(rec, game, config.game.group_size)
-        loop.train(config, learners, game, run_dir, callbacks=[timer])
-        rows, _ = bench_train.mean_phases(rec)
+        train(config, learners, game, run_dir, callbacks=[timer])
+        rows, _ = mean_phases(rec)
     seconds = {
         "generation": rows["act"].seconds,
         "reference / old forward": rows["reference"].seconds,
@@ -93,10 +102,6 @@ def ours_phases(args: Any, learner: str) -> dict[str, Any]:
 def trl_phases(args: Any, learner: str, prompts: list[list[str]]) -> dict[str, Any]:
     """TRL's trainer on the same prompts with its phases wrapped in timers: mean seconds of
     the steps after the first."""
-    import torch
-    import transformers
-    import trl
-
     trainer_class = getattr(trl, bench_trl.TRL_NAMES[learner])
     per_step: list[dict[str, float]] = []
     current: dict[str, float] = collections.defaultdict(float)
@@ -145,29 +150,20 @@ def trl_phases(args: Any, learner: str, prompts: list[list[str]]) -> dict[str, A
     return {"seconds": {p: mean[p] for p in PHASES}, "step": mean["step"]}
 
 
-def matmul_peak_gflops() -> float:
-    """This machine's fp32 matmul rate on the model's shapes (best of bench_train's)."""
-    import bench_train
-    import torch
-
-    from cory_env import load_causal_lm
-
-    cfg = load_causal_lm("embedded").config
-    shapes = [(2048, cfg.hidden_size, cfg.intermediate_size),
-              (2048, cfg.hidden_size, cfg.vocab_size)]  # fmt: skip
-    return max(bench_train.matmul_peak(torch.device("cpu"), torch.float32, shapes).values())
+def matmul_peak_gflops(model: str) -> float:
+    """This machine's fp32 matmul rate on the model's shapes (the best of bench_train's)."""
+    shapes = matmul_shapes(load_causal_lm(model).config.get_text_config())
+    return max(matmul_peak(torch.device("cpu"), torch.float32, shapes).values())
 
 
 def child(side: str, argv: list[str], learner: str, prompts_file: str | None) -> None:
-    from cory_rl.train.config import allocator
-
     allocator.relaunch("auto")
     args = bench_trl.parse_args(argv)
     if side == "ours":
         out = ours_phases(args, learner)
     else:
         out = trl_phases(args, learner, json.loads(Path(prompts_file).read_text()))
-    out["peak_gflops"] = matmul_peak_gflops() if side == "ours" else None
+    out["peak_gflops"] = matmul_peak_gflops(args.model) if side == "ours" else None
     print("RESULT " + json.dumps(out), flush=True)
 
 
@@ -187,29 +183,35 @@ def main(argv: list[str]) -> None:
         child(side, argv[6:], learner, prompts_file)
         return
     args = bench_trl.parse_args(argv)
-    print(f"code: {bench_trl._bench_train().code_version()}; {args.prompts} prompts x "
+    print(f"code: {code_version()}; {args.prompts} prompts x "
           f"{args.group_size} answers, {args.new_tokens} new tokens, {args.epochs} pass(es), "
           f"mean of {args.steps - 1} step(s) after the first", flush=True)  # fmt: skip
-    for learner in args.learners:
-        ours = run_side("ours", argv, learner)
-        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
-            json.dump(ours["prompts"], f)
-        theirs = run_side("trl", argv, learner, f.name)
-        Path(f.name).unlink()
-        peak = ours["peak_gflops"]
-        floor = {k: v / peak for k, v in ours["gflop"].items()}
-        print(f"\n{learner}: seconds per step    ours      TRL")
-        for p in PHASES:
-            print(f"  {p:<26}{ours['seconds'][p]:>7.2f}{theirs['seconds'][p]:>9.2f}")
-        print(f"  {'step':<26}{ours['step']:>7.2f}{theirs['step']:>9.2f}   "
-              f"ours/TRL {ours['step'] / theirs['step']:.2f}x")  # fmt: skip
-        total = sum(floor.values())
-        print(f"  floor at {peak:.0f} GFLOP/s: generation {ours['gflop']['generation']:.0f} "
-              f"GFLOP = {floor['generation']:.2f} s, one forward + backward "
-              f"{ours['gflop']['update']:.0f} GFLOP = {floor['update']:.2f} s, total "
-              f"{total:.2f} s; half of TRL's step {theirs['step'] / 2:.2f} s = "
-              f"{theirs['step'] / 2 / total:.2f}x the floor; ours {ours['step'] / total:.2f}x, "
-              f"TRL {theirs['step'] / total:.2f}x the floor", flush=True)  # fmt: skip
+    with smoke.model_for(args):  # both sides on one model (a smoke run's too)
+        for learner in args.learners:
+            compare(learner, [*argv, "--model", args.model])
+
+
+def compare(learner: str, argv: list[str]) -> None:
+    """One learner's phases, ours and TRL's, each side in a process of its own; the floor."""
+    ours = run_side("ours", argv, learner)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+        json.dump(ours["prompts"], f)
+    theirs = run_side("trl", argv, learner, f.name)
+    Path(f.name).unlink()
+    peak = ours["peak_gflops"]
+    floor = {k: v / peak for k, v in ours["gflop"].items()}
+    print(f"\n{learner}: seconds per step    ours      TRL")
+    for p in PHASES:
+        print(f"  {p:<26}{ours['seconds'][p]:>7.2f}{theirs['seconds'][p]:>9.2f}")
+    print(f"  {'step':<26}{ours['step']:>7.2f}{theirs['step']:>9.2f}   "
+          f"ours/TRL {ours['step'] / theirs['step']:.2f}x")  # fmt: skip
+    total = sum(floor.values())
+    print(f"  floor at {peak:.0f} GFLOP/s: generation {ours['gflop']['generation']:.0f} "
+          f"GFLOP = {floor['generation']:.2f} s, one forward + backward "
+          f"{ours['gflop']['update']:.0f} GFLOP = {floor['update']:.2f} s, total "
+          f"{total:.2f} s; half of TRL's step {theirs['step'] / 2:.2f} s = "
+          f"{theirs['step'] / 2 / total:.2f}x the floor; ours {ours['step'] / total:.2f}x, "
+          f"TRL {theirs['step'] / total:.2f}x the floor", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

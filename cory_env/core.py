@@ -82,14 +82,17 @@ class GameSettings:
     - ``role_exchange_period``: episodes between role exchanges; the pioneer seat moves
       to the next agent every that many episodes. A period longer than the run (e.g.
       ``10**9``) turns exchanges off: ``llm_0`` stays the pioneer.
-    - ``max_new_tokens``, ``context_length``: override the task's token budget and
-      context length.
-    - ``sees``: who a later agent sees. ``"previous"`` (default, a chain): role r's prompt
-      shows the answer of role r-1 only. ``"all"``: role r sees the answers of roles
-      0..r-1, in role order. ``"none"`` (the paper's no-knowledge-transfer ablation): every
-      agent answers the query alone with the pioneer's (role 0) prompt, yet is still paid
-      ``r_self + lam * sum(r_others)``. The task's prompt function gets the answers this
-      setting lets the role see (and, for ``"none"``, role 0 and no answers).
+    - ``max_new_tokens``: the token budget of an answer, instead of the task's: ``n``, or
+      ``[low, high]`` drawn per episode in ``low..high-1``.
+    - ``context_length``: the padded observation length, instead of the task's; a longer
+      prompt keeps its last tokens.
+    - ``sees``: who a later agent sees: ``previous``, ``all`` or ``none``. ``"previous"``
+      (default, a chain): role r's prompt shows the answer of role r-1 only. ``"all"``: role r
+      sees the answers of roles 0..r-1, in role order. ``"none"`` (the paper's no-knowledge-
+      transfer ablation): every agent answers the query alone with the pioneer's (role 0)
+      prompt, yet is still paid ``r_self + lam * sum(r_others)``. The task's prompt function
+      gets the answers this setting lets the role see (and, for ``"none"``, role 0 and no
+      answers).
     - ``group_size``: each query is played this many times in one batch (for RLOO / GRPO
       baselines): a batch draws ``batch_size // group_size`` queries and repeats each in
       consecutive rows, so rows ``[g*k, (g+1)*k)`` share query ``g``. ``batch_size`` must

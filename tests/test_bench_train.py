@@ -1,22 +1,15 @@
 """bench/bench_train.py at a toy size on a tiny model: every phase reported, positive, and
-the instrumentation leaves training's results unchanged."""
+the instrumentation (bench/measure.py) leaves training's results unchanged."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 import torch
 
 import cory_rl.train.training.loop as loop
-from tests.conftest import load_script, read_jsonl
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "bench_train.py"
-
-
-@pytest.fixture(scope="module")
-def bench():
-    return load_script(BENCH)
+from bench import bench_train, measure
+from cory_rl.train.core.build import build_game_and_learners
+from tests.conftest import read_jsonl
 
 
 def toy_argv(model_dir, run_dir, algorithm, *extra):
@@ -33,12 +26,12 @@ def toy_argv(model_dir, run_dir, algorithm, *extra):
     [("cory", ["--calibrate", "--forward_batch_size", "1"]), ("ppo", ["--lora"])],
 )
 def test_every_phase_is_reported_with_positive_numbers(
-    bench, tiny_model_dir, tmp_path, capsys, algorithm, extra
+    tiny_model_dir, tmp_path, capsys, algorithm, extra
 ):
     originals = (loop.play_batch, loop.CheckpointWriter.save, loop.RunDirectory.log_metrics)
-    result = bench.main(toy_argv(tiny_model_dir, tmp_path, algorithm, *extra))[algorithm]
+    result = bench_train.main(toy_argv(tiny_model_dir, tmp_path, algorithm, *extra))[algorithm]
     out = capsys.readouterr().out
-    for _, label, _ in bench.ROWS:
+    for _, label, _ in measure.ROWS:
         assert label in out
     assert f"SUMMARY {algorithm}" in out and "model.generate" in out
     if "--calibrate" in extra:
@@ -47,10 +40,10 @@ def test_every_phase_is_reported_with_positive_numbers(
     # A one-chunk mini-batch takes Adam's steps inside the backward pass (the ppo case).
     in_backward = "--forward_batch_size" not in extra
     assert ("Adam steps inside the backward pass" in out) == in_backward
-    for key, _, _ in bench.ROWS:
+    for key, _, _ in measure.ROWS:
         if not key.endswith("_rest") and not (key == "optimiser" and in_backward):
             assert phases[key].seconds > 0, key
-    for key in (*bench.COMPUTE, "rollout", "learn", "iteration"):
+    for key in (*measure.COMPUTE, "rollout", "learn", "iteration"):
         assert phases[key].tokens > 0 and phases[key].flops > 0, key
         assert 0 <= 1 - phases[key].real / phases[key].tokens < 1, key
     for key in ("rollout", "act", "learn", "forward", "backward", "checkpoint", "iteration"):
@@ -61,14 +54,12 @@ def test_every_phase_is_reported_with_positive_numbers(
     assert (loop.play_batch, loop.CheckpointWriter.save, loop.RunDirectory.log_metrics) == originals
 
 
-def test_instrumented_run_trains_like_the_plain_loop(bench, tiny_model_dir, tmp_path, capsys):
+def test_instrumented_run_trains_like_the_plain_loop(tiny_model_dir, tmp_path, capsys):
     """Timing wrappers only: the measured run logs the same metrics as an unmeasured one."""
-    from cory_rl.train.core.build import build_game_and_learners
-
-    bench.main(toy_argv(tiny_model_dir, tmp_path / "bench", "cory"))
+    bench_train.main(toy_argv(tiny_model_dir, tmp_path / "bench", "cory"))
     capsys.readouterr()
-    args = bench.parse_args(toy_argv(tiny_model_dir, tmp_path / "plain", "cory"))
-    config = bench.make_config(args, "cory", tmp_path / "plain")
+    args = bench_train.parse_args(toy_argv(tiny_model_dir, tmp_path / "plain", "cory"))
+    config = bench_train.make_config(args, "cory", tmp_path / "plain")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the bench's --threads 1
     try:

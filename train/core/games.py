@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from cory_env import BatchedTextGame
+from cory_env.checks import SettingError
 from cory_rl.agents.base import Learner
 from cory_rl.train.config.train_config import TrainConfig
 
@@ -40,19 +43,47 @@ def make_game(
     )
 
 
-def play_games(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
+def play_games(game: BatchedTextGame, learners: dict[str, Learner], collect: bool = False) -> None:
     """Play the current batch of games to the end (evaluation stops here: nothing is kept).
 
-    A learner that has ``turn_over()`` hears when the game moves on from its turn (a
-    sharded learner frees the weights it gathered for the turn)."""
+    Every learner hears when the game moves on from its turn (``turn_over``: a sharded
+    learner frees the weights it gathered for the turn). ``collect``: in a game of several
+    rounds, each learner hears of each of its turns' end (``end_turn``), to learn from
+    them all."""
     acting = None
+    turns = 0
+    several = collect and game.settings.rounds > 1
     while not game.done:
         agent = game.agent_selection
         if agent != acting:
             _turn_over(learners, acting)
             acting = agent
         game.step(learners[agent].act(game.observe(agent)), agent=agent)
+        if several and len(game.turns) > turns:
+            turns = len(game.turns)
+            record = game.turns[-1]
+            learners[record.agent].end_turn(np.array([len(ids) for ids in record.tokens]))
     _turn_over(learners, acting)
+
+
+def episode_rewards(game: BatchedTextGame, agent: str) -> np.ndarray:
+    """What ``end_rollout`` gets: the rewards ``(B,)`` of one round, or ``(B, rounds)``,
+    one column per turn, of several."""
+    if game.settings.rounds == 1:
+        return game.rewards[agent]
+    return np.stack(game.turn_rewards[agent], axis=1)
+
+
+def check_multi_turn(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
+    """Refuse a game of several rounds for a learner that learns from one turn an episode."""
+    rounds = game.settings.rounds
+    single = {a: type(x).__name__ for a, x in learners.items() if not x.multi_turn}
+    if rounds > 1 and single:
+        raise SettingError(
+            f"rounds {rounds}: the learners of {sorted(single)} ({sorted(set(single.values()))}) "
+            "learn from one turn an episode; seat learners that learn from several (ppo, "
+            "reinforce, rloo, grpo) or play rounds 1"
+        )
 
 
 def _turn_over(learners: dict[str, Learner], agent: str | None) -> None:

@@ -22,7 +22,7 @@ from cory_rl.train.config.train_config import TrainConfig
 from cory_rl.train.core.callbacks import Callback, Evaluations, Hooks
 from cory_rl.train.core.checkpoint import CheckpointWriter, load_checkpoint
 from cory_rl.train.core.distributed import Processes
-from cory_rl.train.core.games import batch_samples, play_games
+from cory_rl.train.core.games import batch_samples, check_multi_turn, episode_rewards, play_games
 from cory_rl.train.core.health import Band, HealthWatch
 from cory_rl.train.core.memory import reset_rss_peak, rss_peak_mb
 from cory_rl.train.core.run_folder import RunDirectory, read_evaluations
@@ -31,9 +31,9 @@ from cory_rl.train.core.stopping import EarlyStopping, write_marker
 
 def play_batch(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
     """Play one batch of games to the end and hand every learner its rollout."""
-    play_games(game, learners)
+    play_games(game, learners, collect=True)
     for agent, learner in learners.items():
-        learner.end_rollout(game.observe(agent), game.rewards[agent])
+        learner.end_rollout(game.observe(agent), episode_rewards(game, agent))
 
 
 def play_extra_batches(game: BatchedTextGame, learners: dict[str, Learner]) -> int:
@@ -43,10 +43,10 @@ def play_extra_batches(game: BatchedTextGame, learners: dict[str, Learner]) -> i
     extra = 0
     while wanting := [a for a, learner in learners.items() if learner.wants_more()]:
         game.reset()
-        play_games(game, learners)
+        play_games(game, learners, collect=True)
         for agent, learner in learners.items():
             if agent in wanting:
-                learner.end_rollout(game.observe(agent), game.rewards[agent])
+                learner.end_rollout(game.observe(agent), episode_rewards(game, agent))
             else:
                 learner.discard_turn()
         extra += 1
@@ -123,6 +123,7 @@ def train(
     at the end.
     """
     processes = processes or Processes()
+    check_multi_turn(game, learners)
     restarts, exchange_period = config.restart_on_exchange, game.settings.role_exchange_period
     if restarts:
         lacking = [a for a, learner in learners.items() if not learner.can_restart]
