@@ -187,7 +187,7 @@ class ElasticReset(Learner):
             {"format": ELASTIC_STATE_FORMAT, "learn_calls": self.learn_calls},
             path / "elastic_reset.json",
             writer,
-        )  # fmt: skip
+        )
 
     def load(self, path: Path) -> None:
         """Restore what :meth:`save` wrote; a bad file raises ``CheckpointError`` naming it."""

@@ -82,14 +82,24 @@ def serve_args(
     enforce_eager: bool = True,
 ) -> list[str]:
     """The arguments a ``vllm serve MODEL`` for this engine takes (after the model)."""
-    args = ["--host", host, "--port", str(port), "--dtype", dtype,
-            "--max-model-len", str(max_model_len), "--seed", str(seed),
-            "--logprobs-mode", "processed_logprobs"]  # fmt: skip
+    args = [
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--dtype",
+        dtype,
+        "--max-model-len",
+        str(max_model_len),
+        "--seed",
+        str(seed),
+        "--logprobs-mode",
+        "processed_logprobs",
+    ]
     if enforce_eager:  # a CPU: no CUDA graphs to capture
         args.append("--enforce-eager")
     if lora_rank is not None:
-        args += ["--enable-lora", "--max-lora-rank", str(lora_rank),
-                 "--max-loras", str(max_loras)]  # fmt: skip
+        args += ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", str(max_loras)]
     return args
 
 
@@ -120,9 +130,11 @@ class _Client:
         not raised; no answer (down, too slow) raises."""
         data = None if body is None else json.dumps(body).encode()
         request = urllib.request.Request(
-            self.url + path, data=data, method=method or ("GET" if body is None else "POST"),
+            self.url + path,
+            data=data,
+            method=method or ("GET" if body is None else "POST"),
             headers={"Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         try:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 status, raw = response.status, response.read()
@@ -234,8 +246,11 @@ class VLLMServerEngine:
                     f"(vllm_server_timeout; {why})"
                 )
             if now >= note_at and self.is_main:
-                print(f"waiting for the vLLM server at {self.url} ({why}): {now - start:.0f} s of "
-                      f"at most {timeout:g} s (vllm_server_timeout)", flush=True)  # fmt: skip
+                print(
+                    f"waiting for the vLLM server at {self.url} ({why}): {now - start:.0f} s of "
+                    f"at most {timeout:g} s (vllm_server_timeout)",
+                    flush=True,
+                )
                 note_at = now + WAIT_NOTE_S
             time.sleep(min(1.0, max(deadline - time.monotonic(), 0.01)))
 
@@ -337,8 +352,11 @@ class VLLMServerEngine:
         def push() -> None:
             folder.mkdir(parents=True)
             save_file(_plain(pairs), folder / "model.safetensors")
-            self.client.ok("/collective_rpc", {"method": "reload_weights",
-                           "kwargs": {"weights_path": str(folder)}}, "the new weights")  # fmt: skip
+            self.client.ok(
+                "/collective_rpc",
+                {"method": "reload_weights", "kwargs": {"weights_path": str(folder)}},
+                "the new weights",
+            )
             self.client.ok("/reset_prefix_cache", {}, "a prefix cache reset")
             if self._folder is not None:  # the server reads the new folder from now on
                 shutil.rmtree(self._folder, ignore_errors=True)
@@ -357,8 +375,11 @@ class VLLMServerEngine:
             save(folder)  # every process: a sharded seat gathers its adapter here
 
             def push() -> None:
-                self.client.ok("/v1/load_lora_adapter", {"lora_name": name,
-                               "lora_path": str(folder)}, "the seat's LoRA adapter")  # fmt: skip
+                self.client.ok(
+                    "/v1/load_lora_adapter",
+                    {"lora_name": name, "lora_path": str(folder)},
+                    "the seat's LoRA adapter",
+                )
                 if known is not None:  # that version is never asked for again
                     self.client.call("/v1/unload_lora_adapter", {"lora_name": known[1]})
 
@@ -379,17 +400,27 @@ class VLLMServerEngine:
         eos_token_id: int,
     ) -> Generation:
         common = {
-            "model": self._serving, "temperature": sampling.temperature,
-            "top_k": sampling.top_k if sampling.top_k > 0 else -1, "top_p": sampling.top_p,
-            "repetition_penalty": sampling.repetition_penalty, "presence_penalty": 0.0,
-            "frequency_penalty": 0.0, "min_p": 0.0, "stop_token_ids": [int(eos_token_id)],
-            "logprobs": 0, "return_token_ids": True,
-        }  # fmt: skip
+            "model": self._serving,
+            "temperature": sampling.temperature,
+            "top_k": sampling.top_k if sampling.top_k > 0 else -1,
+            "top_p": sampling.top_p,
+            "repetition_penalty": sampling.repetition_penalty,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "min_p": 0.0,
+            "stop_token_ids": [int(eos_token_id)],
+            "logprobs": 0,
+            "return_token_ids": True,
+        }
         bodies = [
-            {**common, "prompt": [int(t) for t in prompt], "max_tokens": int(budget),
-             "seed": int(seed)}
+            {
+                **common,
+                "prompt": [int(t) for t in prompt],
+                "max_tokens": int(budget),
+                "seed": int(seed),
+            }
             for prompt, budget, seed in zip(prompts, budgets, seeds, strict=True)
-        ]  # fmt: skip
+        ]
         with ThreadPoolExecutor(max_workers=max(1, min(len(bodies), 64))) as pool:
             answers = list(pool.map(self._complete, bodies))
         return Generation([a[0] for a in answers], [a[1] for a in answers])

@@ -79,9 +79,14 @@ class RLOOConfig(LLMConfig):
         checks.integer(self.ppo_epochs, "ppo_epochs", minimum=1, where=w)
         checks.number(self.clip_range, "clip_range", minimum=0, exclusive_min=True, where=w)
         if self.epsilon_high is not None:  # clip-higher: at least the lower clip
-            checks.number(self.epsilon_high, "epsilon_high", minimum=self.clip_range, where=w,
-                          hint="the upper clip of the ratio, at least clip_range (the lower "
-                          "one); None = clip_range")  # fmt: skip
+            checks.number(
+                self.epsilon_high,
+                "epsilon_high",
+                minimum=self.clip_range,
+                where=w,
+                hint="the upper clip of the ratio, at least clip_range (the lower "
+                "one); None = clip_range",
+            )
         checks.boolean(self.mask_truncated_completions, "mask_truncated_completions", where=w)
         checks.boolean(self.dynamic_sampling, "dynamic_sampling", where=w)
         checks.integer(self.max_extra_batches, "max_extra_batches", minimum=0, where=w)
@@ -113,8 +118,12 @@ class GRPOConfig(RLOOConfig):
         w = self.where
         checks.choice(self.scale_rewards, "scale_rewards", SCALE_REWARDS, where=w)
         checks.choice(self.loss_type, "loss_type", pg.LOSS_TYPES, where=w)
-        checks.choice(self.importance_sampling_level, "importance_sampling_level",
-                      pg.IMPORTANCE_SAMPLING_LEVELS, where=w)  # fmt: skip
+        checks.choice(
+            self.importance_sampling_level,
+            "importance_sampling_level",
+            pg.IMPORTANCE_SAMPLING_LEVELS,
+            where=w,
+        )
 
 
 def needs_groups(name: str) -> Callable[[Any], None]:
@@ -224,11 +233,15 @@ class RLOOAgent(GroupAgent):
             loss = ec.weighted_answers(surrogate, mb, mb["loss_mask"]).mean()
             seq_ratio = torch.exp((seq - old).detach())
             # The clip acts on answers; approx_kl and ratio are per token, as every learner's.
-            return loss, {"loss": loss, "clipfrac": (low | high).float().mean(),
-                          "clipfrac_low": low.float().mean(), "clipfrac_high": high.float().mean(),
-                          "seq_approx_kl": 0.5 * ((seq - old).detach() ** 2).mean(),
-                          "seq_ratio": seq_ratio.mean(),
-                          **pm.ratio_stats(logprobs, mb["old_logprobs"], mb["mask"])}  # fmt: skip
+            return loss, {
+                "loss": loss,
+                "clipfrac": (low | high).float().mean(),
+                "clipfrac_low": low.float().mean(),
+                "clipfrac_high": high.float().mean(),
+                "seq_approx_kl": 0.5 * ((seq - old).detach() ** 2).mean(),
+                "seq_ratio": seq_ratio.mean(),
+                **pm.ratio_stats(logprobs, mb["old_logprobs"], mb["mask"]),
+            }
 
         stats = self.update(data, rloo_loss, epochs=cfg.ppo_epochs, unit="answer")
         return {
@@ -253,12 +266,17 @@ class GRPOAgent(GroupAgent):
         loss_mask, mask_stats = self.loss_mask(ro)
         # dapo's tokens per answer
         mean_length = self.optimisation.mean_over_processes(loss_mask.sum(dim=1))
-        data = {**ro.batch_tensors(), "advantages": advantages,
-                "ref_logprobs": shaped.ref_logprobs, "loss_mask": loss_mask}  # fmt: skip
+        data = {
+            **ro.batch_tensors(),
+            "advantages": advantages,
+            "ref_logprobs": shaped.ref_logprobs,
+            "loss_mask": loss_mask,
+        }
 
         def reduce(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-            return pg.aggregate_loss(per_token.expand_as(mask), mask, cfg.loss_type,
-                                     self.max_new_tokens, mean_length)  # fmt: skip
+            return pg.aggregate_loss(
+                per_token.expand_as(mask), mask, cfg.loss_type, self.max_new_tokens, mean_length
+            )
 
         def grpo_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
             own = pm.selective_log_softmax(logits, mb["tokens"])
@@ -285,12 +303,22 @@ class GRPOAgent(GroupAgent):
                 return pg_loss, {"loss": pg_loss, "loss_policy": pg_loss, **clip_stats}
             k3 = pm.kl_sampled(own, mb["ref_logprobs"], "k3")
             loss = reduce(surrogate + beta * k3, mask)  # TRL: KL in each token's loss
-            return loss, {"loss": loss, "loss_policy": pg_loss,
-                          "loss_kl": pm.masked_mean(k3, mb["mask"]), **clip_stats}  # fmt: skip
+            return loss, {
+                "loss": loss,
+                "loss_policy": pg_loss,
+                "loss_kl": pm.masked_mean(k3, mb["mask"]),
+                **clip_stats,
+            }
 
         unit = "token" if cfg.loss_type == "bnpo" else "answer"
-        stats = self.update(data, grpo_loss, epochs=cfg.ppo_epochs, unit=unit,
-                            weigh_micro_batches="rows", loss_mask="loss_mask")  # fmt: skip
+        stats = self.update(
+            data,
+            grpo_loss,
+            epochs=cfg.ppo_epochs,
+            unit=unit,
+            weigh_micro_batches="rows",
+            loss_mask="loss_mask",
+        )
         return {
             **stats,
             **self.finish(shaped),

@@ -131,15 +131,27 @@ class LLMConfig:
         checks.number(self.top_p, "top_p", minimum=0, maximum=1, exclusive_min=True, where=w)
         checks.number(self.repetition_penalty, "repetition_penalty", hint="1 = off", **positive)
         if self.max_grad_norm is not None:
-            checks.number(self.max_grad_norm, "max_grad_norm", **positive,
-                          hint="a negative norm would reverse the gradients")  # fmt: skip
+            checks.number(
+                self.max_grad_norm,
+                "max_grad_norm",
+                **positive,
+                hint="a negative norm would reverse the gradients",
+            )
         if self.score_clip is not None:
             checks.number(self.score_clip, "score_clip", **positive)
         if self.target_kl is not None:
-            checks.number(self.target_kl, "target_kl", **positive,
-                          hint="per-token approx_kl, typically 0.01-0.05")  # fmt: skip
-        for name in ("mini_batch_size", "gradient_accumulation_steps", "forward_batch_size",
-                     "kl_horizon"):  # fmt: skip
+            checks.number(
+                self.target_kl,
+                "target_kl",
+                **positive,
+                hint="per-token approx_kl, typically 0.01-0.05",
+            )
+        for name in (
+            "mini_batch_size",
+            "gradient_accumulation_steps",
+            "forward_batch_size",
+            "kl_horizon",
+        ):
             checks.integer(getattr(self, name), name, minimum=1, where=w)
         checks.integer(self.top_k, "top_k", minimum=0, where=w, hint="0 = off")
         for name in ("adaptive_kl", "whiten_advantages", "score_scaling", "score_norm"):
@@ -409,10 +421,17 @@ class LLMLearner(Learner):
         its statistics under ``prefix``, default the learner's name); the weights changed,
         so their version moves on (a rollout engine reloads them before its next turn)."""
         stats = minibatch_update(
-            self.optimisation, data, loss_fn, self.config, epochs=epochs,
-            prefix=prefix or self.name, watch=self.watch, unit=unit,
-            weigh_micro_batches=weigh_micro_batches, loss_mask=loss_mask,
-        )  # fmt: skip
+            self.optimisation,
+            data,
+            loss_fn,
+            self.config,
+            epochs=epochs,
+            prefix=prefix or self.name,
+            watch=self.watch,
+            unit=unit,
+            weigh_micro_batches=weigh_micro_batches,
+            loss_mask=loss_mask,
+        )
         self.weights_version += 1
         return stats
 

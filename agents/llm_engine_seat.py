@@ -127,9 +127,12 @@ class EngineSeat:
         mask = torch.cat([turn.prompt_mask, torch.ones_like(tokens)], dim=1)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         columns: dict[str, list[torch.Tensor]] = {
-            "logprobs": [], "sample_logprobs": [], "values": [], "full_logprobs": [],
+            "logprobs": [],
+            "sample_logprobs": [],
+            "values": [],
+            "full_logprobs": [],
             "entropies": [],
-        }  # fmt: skip
+        }
         for rows in torch.arange(B).split(cfg.forward_batch_size):
             inputs = [x[rows].to(self.device) for x in (ids, mask, positions)]
             with self.autocast():
@@ -137,8 +140,11 @@ class EngineSeat:
             logits = response_logits(logits, T)
             logprobs = torch.log_softmax(logits, dim=-1)
             chosen = tokens[rows].to(self.device)
-            mb = {"prompt_ids": inputs[0][:, : -T], "prompt_mask": inputs[1][:, : -T],
-                  "tokens": chosen}  # fmt: skip
+            mb = {
+                "prompt_ids": inputs[0][:, :-T],
+                "prompt_mask": inputs[1][:, :-T],
+                "tokens": chosen,
+            }
             own = logprobs.gather(-1, chosen[..., None]).squeeze(-1)
             if sampler.distribution.is_model:  # the distribution drawn from is the model's
                 sampled = own
@@ -169,9 +175,13 @@ class EngineSeat:
         if rollout.engine_logprobs is None or not cfg.engine_correction:
             return None
         weights, self.correction_stats = ec.correction_weights(
-            rollout.sample_logprobs, rollout.engine_logprobs, rollout.mask,
-            cfg.engine_correction_mode, cfg.engine_correction_cap, cfg.engine_correction_floor,
-        )  # fmt: skip
+            rollout.sample_logprobs,
+            rollout.engine_logprobs,
+            rollout.mask,
+            cfg.engine_correction_mode,
+            cfg.engine_correction_cap,
+            cfg.engine_correction_floor,
+        )
         return weights
 
     def stats(self) -> dict[str, float]:

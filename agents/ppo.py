@@ -86,8 +86,12 @@ class PPOAgent(LLMLearner):
         advantages, returns = pm.gae(rewards, ro.values, mask, cfg.gamma, cfg.gae_lambda)
         if cfg.whiten_advantages:
             advantages = pm.masked_whiten(advantages, mask)
-        data = {**ro.batch_tensors(), "old_values": ro.values, "advantages": advantages,
-                "returns": returns}  # fmt: skip
+        data = {
+            **ro.batch_tensors(),
+            "old_values": ro.values,
+            "advantages": advantages,
+            "returns": returns,
+        }
 
         def ppo_loss(
             mb: dict[str, torch.Tensor], logits: torch.Tensor, values: torch.Tensor
@@ -95,24 +99,43 @@ class PPOAgent(LLMLearner):
             """Clipped policy loss + vf_coef * clipped value loss, token means."""
             logprobs = self.sampler.sampled_logprobs(logits, mb)
             pg_loss, pg_stats = pm.policy_loss(
-                logprobs, mb["old_logprobs"], mb["advantages"], mb["mask"], cfg.clip_range,
+                logprobs,
+                mb["old_logprobs"],
+                mb["advantages"],
+                mb["mask"],
+                cfg.clip_range,
                 weights=mb.get(ec.WEIGHTS),
-            )  # fmt: skip
+            )
             vf_loss, vf_stats = pm.value_loss(
-                values[:, :-1].float(), mb["old_values"], mb["returns"], mb["mask"],
+                values[:, :-1].float(),
+                mb["old_values"],
+                mb["returns"],
+                mb["mask"],
                 cfg.clip_range_value,
-            )  # fmt: skip
+            )
             loss = pg_loss + cfg.vf_coef * vf_loss
             threshold = cfg.ratio_threshold
             skip = threshold is not None and bool(pg_stats["ratio"] > threshold)
             if skip:  # TRL 0.7: a spiking ratio would blow the update up
                 loss = loss * 0.0
-            return loss, {"loss_policy": pg_loss, "loss_value": vf_loss, "loss_total": loss,
-                          "skipped_fraction": float(skip), **pg_stats, **vf_stats}  # fmt: skip
+            return loss, {
+                "loss_policy": pg_loss,
+                "loss_value": vf_loss,
+                "loss_total": loss,
+                "skipped_fraction": float(skip),
+                **pg_stats,
+                **vf_stats,
+            }
 
         # TRL 0.7 averages the micro-batches' token means: micro-batches weigh by rows.
-        stats = self.update(data, ppo_loss, epochs=cfg.ppo_epochs, unit="token",
-                            weigh_micro_batches="rows", prefix="ppo")  # fmt: skip
+        stats = self.update(
+            data,
+            ppo_loss,
+            epochs=cfg.ppo_epochs,
+            unit="token",
+            weigh_micro_batches="rows",
+            prefix="ppo",
+        )
         return {
             **stats,
             **self.finish(shaped),  # the KL controller update, shared stats

@@ -71,10 +71,15 @@ class Rollout:
         """What every update forward needs, built once; mini-batches are rows of them."""
         ids, attention, positions = self.sequences()
         data = {
-            "ids": ids, "attention": attention, "positions": positions, "tokens": self.tokens,
-            "prompt_ids": self.prompt_ids, "prompt_mask": self.prompt_mask,
-            "old_logprobs": self.sample_logprobs, "mask": self.mask.float(),
-        }  # fmt: skip
+            "ids": ids,
+            "attention": attention,
+            "positions": positions,
+            "tokens": self.tokens,
+            "prompt_ids": self.prompt_ids,
+            "prompt_mask": self.prompt_mask,
+            "old_logprobs": self.sample_logprobs,
+            "mask": self.mask.float(),
+        }
         if self.is_weights is not None:
             data[WEIGHTS] = self.is_weights
         return data
@@ -110,11 +115,18 @@ def rollout_rows(rollout: Rollout, rows: torch.Tensor) -> Rollout:
         return None if x is None else x[rows]
 
     return Rollout(
-        rollout.prompt_ids[rows], rollout.prompt_mask[rows], rollout.tokens[rows],
-        rollout.mask[rows], rollout.logprobs[rows], rollout.sample_logprobs[rows],
-        rollout.values[rows], pick(rollout.full_logprobs), rollout.rewards[rows],
-        pick(rollout.engine_logprobs), pick(rollout.is_weights),
-    )  # fmt: skip
+        rollout.prompt_ids[rows],
+        rollout.prompt_mask[rows],
+        rollout.tokens[rows],
+        rollout.mask[rows],
+        rollout.logprobs[rows],
+        rollout.sample_logprobs[rows],
+        rollout.values[rows],
+        pick(rollout.full_logprobs),
+        rollout.rewards[rows],
+        pick(rollout.engine_logprobs),
+        pick(rollout.is_weights),
+    )
 
 
 def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:

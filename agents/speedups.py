@@ -147,8 +147,16 @@ def recompute_activations(lm: nn.Module) -> int:
     return len(layers)
 
 
-_LORA_ATTRIBUTES = ("active_adapters", "disable_adapters", "merged", "lora_A", "lora_B",
-                    "lora_dropout", "scaling", "base_layer")  # fmt: skip
+_LORA_ATTRIBUTES = (
+    "active_adapters",
+    "disable_adapters",
+    "merged",
+    "lora_A",
+    "lora_B",
+    "lora_dropout",
+    "scaling",
+    "base_layer",
+)
 
 
 def fuse_lora_sums(lm: nn.Module) -> int:

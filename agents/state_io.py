@@ -21,10 +21,17 @@ from cory_env.checks import UserError
 _ALIASES = "cory.aliases"
 # safetensors' dtype names, in the order of its Dtype enum (which orders the data).
 _DTYPE_NAMES = {
-    torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16",
-    torch.float16: "F16", torch.bfloat16: "BF16", torch.int32: "I32", torch.float32: "F32",
-    torch.float64: "F64", torch.int64: "I64",
-}  # fmt: skip
+    torch.bool: "BOOL",
+    torch.uint8: "U8",
+    torch.int8: "I8",
+    torch.int16: "I16",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.int32: "I32",
+    torch.float32: "F32",
+    torch.float64: "F64",
+    torch.int64: "I64",
+}
 _DTYPE_RANK = {dtype: rank for rank, dtype in enumerate(_DTYPE_NAMES)}
 
 

@@ -47,8 +47,19 @@ print(json.dumps({"pairs": len({frozenset(p) for p in pairs}), "parent_mb": rss_
 
 
 def train_smoke(algorithm: str, seed: int, run_dir: Path, flags: list[str]) -> Path:
-    command = [sys.executable, f"train/{algorithm}.py", "--preset", "smoke", "--seed", str(seed),
-               "--report_to", "none", "--run_dir", str(run_dir), *flags]  # fmt: skip
+    command = [
+        sys.executable,
+        f"train/{algorithm}.py",
+        "--preset",
+        "smoke",
+        "--seed",
+        str(seed),
+        "--report_to",
+        "none",
+        "--run_dir",
+        str(run_dir),
+        *flags,
+    ]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return run_dir
 

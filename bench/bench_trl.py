@@ -87,8 +87,13 @@ class Plan:
 
     def check(self) -> None:
         """Refuse a split that one side could not take, before any process starts."""
-        for name in ("prompts", "group_size", "mini_batch_size", "gradient_accumulation_steps",
-                     "epochs"):  # fmt: skip
+        for name in (
+            "prompts",
+            "group_size",
+            "mini_batch_size",
+            "gradient_accumulation_steps",
+            "epochs",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.group_size < 2:
@@ -329,8 +334,9 @@ def run_ours(args: argparse.Namespace, learner: str) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / f"ours-{learner}"
-        config = build_config(overrides=our_overrides(args, learner, str(run_dir)),
-                              algorithm=learner)  # fmt: skip
+        config = build_config(
+            overrides=our_overrides(args, learner, str(run_dir)), algorithm=learner
+        )
         game, learners = build_game_and_learners(config)
         tokens = OurTokens()
         for seat in learners.values():
@@ -447,21 +453,36 @@ def run_trl(args: argparse.Namespace, learner: str, prompts: list[list[str]]) ->
 def child_environment(args: argparse.Namespace) -> dict[str, str]:
     """Both sides' environment: training's heap allocator (cory_rl.train.config.allocator)."""
     env = allocator.relaunch_environment(
-        args.allocator, os.environ, allocator.mimalloc_library(),
+        args.allocator,
+        os.environ,
+        allocator.mimalloc_library(),
         lean=args.activation_checkpointing,
-    )  # fmt: skip
+    )
     return dict(os.environ if env is None else env)
 
 
 def run_child(
-    argv: list[str], side: str, learner: str, workdir: Path, env: dict[str, str],
+    argv: list[str],
+    side: str,
+    learner: str,
+    workdir: Path,
+    env: dict[str, str],
     prompts_file: Path | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """One side in its own process; its result, with the process's peak memory (wait4)."""
     result = workdir / f"{side}-{learner}.json"
     log = workdir / f"{side}-{learner}.log"
-    command = [sys.executable, str(Path(__file__).resolve()), *argv,
-               "--child", side, "--learner", learner, "--result", str(result)]  # fmt: skip
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        *argv,
+        "--child",
+        side,
+        "--learner",
+        learner,
+        "--result",
+        str(result),
+    ]
     if prompts_file is not None:
         command += ["--prompts_file", str(prompts_file)]
     start = time.perf_counter()
@@ -532,8 +553,12 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> list
         time_ratio = ours["seconds_per_step"] / theirs["seconds_per_step"]
         memory_ratio = ours["peak_gb"] / theirs["peak_gb"]
         lines.append(f"{'  ours/TRL':<22}{time_ratio:>8.2f}x{memory_ratio:>8.2f}x")
-        sides["summary"] = {"ours": ours, "trl": theirs, "time_ratio": time_ratio,
-                            "memory_ratio": memory_ratio}  # fmt: skip
+        sides["summary"] = {
+            "ours": ours,
+            "trl": theirs,
+            "time_ratio": time_ratio,
+            "memory_ratio": memory_ratio,
+        }
         problems += mismatches(learner, sides["ours"], sides["trl"])
     measured = max(args.steps - 1, 1)
     lines.append(
@@ -578,9 +603,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max_grad_norm", type=float, default=1.0, help="0 = no clipping")
     parser.add_argument("--activation_checkpointing", action="store_true", help="both sides")
     parser.add_argument(
-        "--bf16", action="store_true",
+        "--bf16",
+        action="store_true",
         help="bf16 autocast on both sides (TRL's default; ours --mixed_precision bf16)",
-    )  # fmt: skip
+    )
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
@@ -649,8 +675,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ]
     print("\n".join(lines), flush=True)
     if args.out:
-        out = {"args": vars(args), "plan": asdict(make_plan(args)), "report": lines,
-               "results": results}  # fmt: skip
+        out = {
+            "args": vars(args),
+            "plan": asdict(make_plan(args)),
+            "report": lines,
+            "results": results,
+        }
         Path(args.out).write_text(json.dumps(out, indent=1, default=str))
     return results
 

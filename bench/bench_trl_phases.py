@@ -71,8 +71,9 @@ def ours_phases(args: Any, learner: str) -> dict[str, Any]:
 
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / f"ours-{learner}"
-        config = build_config(overrides=bench_trl.our_overrides(args, learner, str(run_dir)),
-                              algorithm=learner)  # fmt: skip
+        config = build_config(
+            overrides=bench_trl.our_overrides(args, learner, str(run_dir)), algorithm=learner
+        )
         game, learners = build_game_and_learners(config)
         rec = Recorder(next(iter(learners.values())).device)
         instrument(rec, learners)
@@ -120,8 +121,11 @@ def trl_phases(args: Any, learner: str, prompts: list[list[str]]) -> dict[str, A
         setattr(owner, name, wrapper)
 
     timed(transformers.GenerationMixin, "generate", "generation")
-    timed(trainer_class, "_get_per_token_logps_and_entropies",
-          lambda: "forward" if torch.is_grad_enabled() else "reference / old forward")  # fmt: skip
+    timed(
+        trainer_class,
+        "_get_per_token_logps_and_entropies",
+        lambda: "forward" if torch.is_grad_enabled() else "reference / old forward",
+    )
     timed(torch.autograd, "backward", "backward")
     timed(torch.optim.AdamW, "step", "optimiser")
 
@@ -168,8 +172,17 @@ def child(side: str, argv: list[str], learner: str, prompts_file: str | None) ->
 
 
 def run_side(side: str, argv: list[str], learner: str, prompts_file: str | None = None) -> dict:
-    command = [sys.executable, __file__, "--side", side, "--learner_of_side", learner,
-               "--prompts_of_side", prompts_file or "", *argv]  # fmt: skip
+    command = [
+        sys.executable,
+        __file__,
+        "--side",
+        side,
+        "--learner_of_side",
+        learner,
+        "--prompts_of_side",
+        prompts_file or "",
+        *argv,
+    ]
     proc = subprocess.run(command, capture_output=True, text=True)
     lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
     if proc.returncode or not lines:
@@ -183,9 +196,12 @@ def main(argv: list[str]) -> None:
         child(side, argv[6:], learner, prompts_file)
         return
     args = bench_trl.parse_args(argv)
-    print(f"code: {code_version()}; {args.prompts} prompts x "
-          f"{args.group_size} answers, {args.new_tokens} new tokens, {args.epochs} pass(es), "
-          f"mean of {args.steps - 1} step(s) after the first", flush=True)  # fmt: skip
+    print(
+        f"code: {code_version()}; {args.prompts} prompts x "
+        f"{args.group_size} answers, {args.new_tokens} new tokens, {args.epochs} pass(es), "
+        f"mean of {args.steps - 1} step(s) after the first",
+        flush=True,
+    )
     with smoke.model_for(args):  # both sides on one model (a smoke run's too)
         for learner in args.learners:
             compare(learner, [*argv, "--model", args.model])
@@ -203,15 +219,20 @@ def compare(learner: str, argv: list[str]) -> None:
     print(f"\n{learner}: seconds per step    ours      TRL")
     for p in PHASES:
         print(f"  {p:<26}{ours['seconds'][p]:>7.2f}{theirs['seconds'][p]:>9.2f}")
-    print(f"  {'step':<26}{ours['step']:>7.2f}{theirs['step']:>9.2f}   "
-          f"ours/TRL {ours['step'] / theirs['step']:.2f}x")  # fmt: skip
+    print(
+        f"  {'step':<26}{ours['step']:>7.2f}{theirs['step']:>9.2f}   "
+        f"ours/TRL {ours['step'] / theirs['step']:.2f}x"
+    )
     total = sum(floor.values())
-    print(f"  floor at {peak:.0f} GFLOP/s: generation {ours['gflop']['generation']:.0f} "
-          f"GFLOP = {floor['generation']:.2f} s, one forward + backward "
-          f"{ours['gflop']['update']:.0f} GFLOP = {floor['update']:.2f} s, total "
-          f"{total:.2f} s; half of TRL's step {theirs['step'] / 2:.2f} s = "
-          f"{theirs['step'] / 2 / total:.2f}x the floor; ours {ours['step'] / total:.2f}x, "
-          f"TRL {theirs['step'] / total:.2f}x the floor", flush=True)  # fmt: skip
+    print(
+        f"  floor at {peak:.0f} GFLOP/s: generation {ours['gflop']['generation']:.0f} "
+        f"GFLOP = {floor['generation']:.2f} s, one forward + backward "
+        f"{ours['gflop']['update']:.0f} GFLOP = {floor['update']:.2f} s, total "
+        f"{total:.2f} s; half of TRL's step {theirs['step'] / 2:.2f} s = "
+        f"{theirs['step'] / 2 / total:.2f}x the floor; ours {ours['step'] / total:.2f}x, "
+        f"TRL {theirs['step'] / total:.2f}x the floor",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -282,8 +282,9 @@ class BenchProbe(Probe):
             rows, width = ids.shape
             adapter = name == "forward"
             fwd = counts.forward(rows, width, keep=info["keep"], adapter=adapter)
-            phase = rec.phase("forward") if adapter else contextlib.nullcontext(
-                rec.phases["reference"])  # fmt: skip
+            phase = (
+                rec.phase("forward") if adapter else contextlib.nullcontext(rec.phases["reference"])
+            )
             with phase as s:
                 yield
             s.flops += sum(fwd.values())

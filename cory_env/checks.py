@@ -126,8 +126,14 @@ def text(value: Any, name: str, *, where: str = "", hint: str = "") -> str:
     return value
 
 
-def free_name(registry: Mapping[str, Any], name: str, factory: Any, kind: str,
-              replace: bool, registered: Any = None) -> None:  # fmt: skip
+def free_name(
+    registry: Mapping[str, Any],
+    name: str,
+    factory: Any,
+    kind: str,
+    replace: bool,
+    registered: Any = None,
+) -> None:
     """Refuse registering ``factory`` under a ``name`` that another factory holds, unless
     ``replace``. The same function registered again (a reloaded module makes a new object
     of the same module and name) is not a duplicate. ``registered`` gets the holder's

@@ -126,14 +126,30 @@ class GameSettings:
         where = "game"
         checks.integer(self.n_agents, "n_agents", minimum=1, where=where)
         checks.number(self.lam, "lam", where=where, hint="1 = CORY, 0 = independent, -1 = zero-sum")
-        checks.integer(self.role_exchange_period, "role_exchange_period", minimum=1, where=where,
-                       hint="episodes between role exchanges")  # fmt: skip
+        checks.integer(
+            self.role_exchange_period,
+            "role_exchange_period",
+            minimum=1,
+            where=where,
+            hint="episodes between role exchanges",
+        )
         checks.choice(self.sees, "sees", SEES, where=where)
-        checks.integer(self.group_size, "group_size", minimum=1, where=where,
-                       hint="times each query is played in one batch")  # fmt: skip
+        checks.integer(
+            self.group_size,
+            "group_size",
+            minimum=1,
+            where=where,
+            hint="times each query is played in one batch",
+        )
         checks.boolean(self.reward_norm, "reward_norm", where=where)
-        checks.integer(self.rounds, "rounds", minimum=1, maximum=MAX_ROUNDS, where=where,
-                       hint="times every agent answers in an episode; 1 = CORY's game")  # fmt: skip
+        checks.integer(
+            self.rounds,
+            "rounds",
+            minimum=1,
+            maximum=MAX_ROUNDS,
+            where=where,
+            hint="times every agent answers in an episode; 1 = CORY's game",
+        )
         checks.boolean(self.pay_every_round, "pay_every_round", where=where)
         if self.context_length is not None:
             checks.integer(self.context_length, "context_length", minimum=2, where=where)
@@ -609,8 +625,11 @@ class BatchedTextGame:
         self.responses[agent] = tok.batch_decode(generated, skip_special_tokens=True)
         role = self._turn % self.n_agents
         tokens = [ids.copy() for ids in generated]  # the agent's next prompt overwrites them
-        self.turns.append(TurnRecord(self._turn, self._turn // self.n_agents, role, agent,
-                                     self.responses[agent], tokens))  # fmt: skip
+        self.turns.append(
+            TurnRecord(
+                self._turn, self._turn // self.n_agents, role, agent, self.responses[agent], tokens
+            )
+        )
         self._turn += 1
         round_over = self._turn % self.n_agents == 0
         if round_over:
@@ -721,6 +740,6 @@ class BatchedTextGame:
                     }
                     for t in self.turns
                 ],
-            }  # fmt: skip
+            }
             for b, q in enumerate(self.queries)
         ]

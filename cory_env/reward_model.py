@@ -99,13 +99,24 @@ class RewardModelScore:
             prompts = [q.text for q in queries[start : start + self.batch_size]]
             replies = list(responses[start : start + self.batch_size])
             if self.input_form == "pair":
-                inputs = tokenizer(prompts, replies, truncation="only_first", padding=True,
-                                   max_length=self.max_length, return_tensors="pt")  # fmt: skip
+                inputs = tokenizer(
+                    prompts,
+                    replies,
+                    truncation="only_first",
+                    padding=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                )
             else:  # one text; the prompt's start is cut if too long, so the reply stays
                 tokenizer.truncation_side = "left"
                 texts = [p + r for p, r in zip(prompts, replies, strict=True)]
-                inputs = tokenizer(texts, truncation=True, padding=True,
-                                   max_length=self.max_length, return_tensors="pt")  # fmt: skip
+                inputs = tokenizer(
+                    texts,
+                    truncation=True,
+                    padding=True,
+                    max_length=self.max_length,
+                    return_tensors="pt",
+                )
             with torch.no_grad():
                 logits = model(**inputs.to(self.device)).logits
             scores.extend(logits[:, 0].float().cpu().tolist())

@@ -35,8 +35,9 @@ def seeded_update(config_file: str, out: Path) -> None:
     before = {a: {k: t.clone() for k, t in state.items()} for a, state in before.items()}
     stats = {agent: learner.learn() for agent, learner in learners.items()}
     weights = {a: full_tensors(one.model.policy_state_dict()) for a, one in learners.items()}
-    moved = {a: max(float((weights[a][k] - t).abs().max()) for k, t in before[a].items())
-             for a in before}  # fmt: skip
+    moved = {
+        a: max(float((weights[a][k] - t).abs().max()) for k, t in before[a].items()) for a in before
+    }
     processes = Processes(accelerator)
     if processes.is_main:
         out.mkdir(parents=True, exist_ok=True)

@@ -69,7 +69,10 @@ def test_a_relaunched_script_runs_on_the_allocator_it_asked_for(setting, tmp_pat
     env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", allocator.RELAUNCHED)}
     out = subprocess.run(
         [sys.executable, str(script), setting, "--flag"],
-        env=env, capture_output=True, text=True, check=True,
-    ).stdout  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     expected = "mimalloc" if setting == "auto" else "system"
     assert out.strip() == f"{expected} ['{setting}', '--flag']"  # same arguments, run once

@@ -305,8 +305,13 @@ def test_gradient_accumulation_gives_the_mini_batch_gradient(tiny_tokenizer, tin
     splits = ((1, 16), (2, 16), (4, 16), (1, 1), (2, 1))  # (micro-batches, rows per forward)
     for steps, rows_per_forward in splits:
         epochs = {} if config is ReinforceConfig else {"ppo_epochs": 1}
-        cfg = config(mini_batch_size=4, gradient_accumulation_steps=steps,
-                     forward_batch_size=rows_per_forward, **epochs, **FIXED)  # fmt: skip
+        cfg = config(
+            mini_batch_size=4,
+            gradient_accumulation_steps=steps,
+            forward_batch_size=rows_per_forward,
+            **epochs,
+            **FIXED,
+        )
         [policy], reference = build_policies(tiny_lm, 1)
         extra = {} if cls is ReinforceAgent else {"group_size": 2}
         agent = cls(policy, reference, cfg, tiny_tokenizer.pad_token_id, **extra)
@@ -514,13 +519,27 @@ def test_trains_and_resumes_through_the_run_path(tiny_model_dir, tmp_path, algor
 def test_cli_mixes_learners_in_a_two_agent_game(tiny_model_dir, tmp_path):
     config, _ = parse_args(
         [
-            "--preset", "smoke", "--model", tiny_model_dir, "--run_dir", str(tmp_path / "r"),
-            "--device", "cpu", "--batch_size", "4", "--mini_batch_size", "2",
-            "--iterations", "2", "--max_new_tokens", "[2, 5]",
-            "--learners", "{llm_0: ppo, llm_1: reinforce}",
+            "--preset",
+            "smoke",
+            "--model",
+            tiny_model_dir,
+            "--run_dir",
+            str(tmp_path / "r"),
+            "--device",
+            "cpu",
+            "--batch_size",
+            "4",
+            "--mini_batch_size",
+            "2",
+            "--iterations",
+            "2",
+            "--max_new_tokens",
+            "[2, 5]",
+            "--learners",
+            "{llm_0: ppo, llm_1: reinforce}",
         ],
         "cory",
-    )  # fmt: skip
+    )
     rows = read_jsonl(run_training(config).path / "metrics.jsonl")
     assert "llm_0/ppo/loss_value" in rows[-1] and "llm_0/reinforce/loss" not in rows[-1]
     assert "llm_1/reinforce/loss" in rows[-1] and "llm_1/ppo/loss_value" not in rows[-1]

@@ -14,11 +14,30 @@ from tests.conftest import read_jsonl
 
 def toy_argv(model_dir, run_dir, algorithm, *extra):
     return [
-        "--model", model_dir, "--algorithm", algorithm, "--batch_size", "4",
-        "--new_tokens", "3", "--epochs", "2", "--mini_batch_size", "2",
-        "--iterations", "2", "--run_dir", str(run_dir), "--threads", "1",
-        "--checkpoint_every", "1", "--sample_every", "1", *extra,
-    ]  # fmt: skip
+        "--model",
+        model_dir,
+        "--algorithm",
+        algorithm,
+        "--batch_size",
+        "4",
+        "--new_tokens",
+        "3",
+        "--epochs",
+        "2",
+        "--mini_batch_size",
+        "2",
+        "--iterations",
+        "2",
+        "--run_dir",
+        str(run_dir),
+        "--threads",
+        "1",
+        "--checkpoint_every",
+        "1",
+        "--sample_every",
+        "1",
+        *extra,
+    ]
 
 
 @pytest.mark.parametrize(

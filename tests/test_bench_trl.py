@@ -19,8 +19,19 @@ SPLITS = [
 
 
 def argv(prompts, group, mini, accumulation, epochs, *extra):
-    out = ["--prompts", str(prompts), "--group_size", str(group), "--epochs", str(epochs),
-           "--gradient_accumulation_steps", str(accumulation), "--steps", "3", *extra]  # fmt: skip
+    out = [
+        "--prompts",
+        str(prompts),
+        "--group_size",
+        str(group),
+        "--epochs",
+        str(epochs),
+        "--gradient_accumulation_steps",
+        str(accumulation),
+        "--steps",
+        "3",
+        *extra,
+    ]
     return out + (["--mini_batch_size", str(mini)] if mini else [])
 
 
@@ -55,8 +66,19 @@ def test_trl_config_does_our_steps_work(split, learner):
 
 
 def test_flags_reach_both_sides():
-    args = bench_trl.parse_args(["--beta", "0.1", "--new_tokens", "64", "--learning_rate", "3e-6",
-                             "--max_grad_norm", "0", "--activation_checkpointing"])  # fmt: skip
+    args = bench_trl.parse_args(
+        [
+            "--beta",
+            "0.1",
+            "--new_tokens",
+            "64",
+            "--learning_rate",
+            "3e-6",
+            "--max_grad_norm",
+            "0",
+            "--activation_checkpointing",
+        ]
+    )
     for learner in ("grpo", "rloo"):
         ours, trl = bench_trl.our_overrides(args, learner), bench_trl.trl_kwargs(args, learner, "x")
         assert trl["beta"] == ours["learner"]["init_kl_coef"] == 0.1
@@ -108,9 +130,15 @@ def test_cycles_and_means():
 
 
 def side(generated, trained, prompts, seconds=(9.0, 2.0, 4.0), peak=2048.0):
-    return {"generated": generated, "trained": trained, "prompts": prompts,
-            "seconds": list(seconds), "rewards": [0.1, 0.2, 0.4], "process_peak_mb": peak,
-            "peak_mb_after_step": [peak]}  # fmt: skip
+    return {
+        "generated": generated,
+        "trained": trained,
+        "prompts": prompts,
+        "seconds": list(seconds),
+        "rewards": [0.1, 0.2, 0.4],
+        "process_peak_mb": peak,
+        "peak_mb_after_step": [peak],
+    }
 
 
 def test_token_counts_that_differ_are_flagged():
@@ -126,8 +154,12 @@ def test_token_counts_that_differ_are_flagged():
 def test_report_prints_ratios_and_mismatches():
     args = bench_trl.parse_args(["--learners", "grpo", "--steps", "3"])
     prompts = [["a"], ["b"], ["c"]]
-    results = {"grpo": {"ours": side([8, 8, 8], [8, 8, 8], prompts, peak=1024.0),
-                        "trl": side([8, 8, 8], [8, 8, 7], prompts, seconds=(1, 6, 6))}}  # fmt: skip
+    results = {
+        "grpo": {
+            "ours": side([8, 8, 8], [8, 8, 8], prompts, peak=1024.0),
+            "trl": side([8, 8, 8], [8, 8, 7], prompts, seconds=(1, 6, 6)),
+        }
+    }
     lines = bench_trl.report(results, args)
     text = "\n".join(lines)
     assert "ours grpo" in text and "TRL GRPOTrainer" in text

@@ -23,10 +23,20 @@ def fake_answers(model, reward, kl, offsets=QUERY_OFFSETS):
     answers = report.empty_answers()
     for q, offset in enumerate(offsets):
         for s in range(2):
-            row = {"model": model, "agent": "llm_0", "role": "pioneer", "query": q,
-                   "sample": s, "budget": 4, "reward": reward + offset, "kl": kl,
-                   "entropy": 1.0, "length": 4, "hit_budget": True,
-                   "text": f"answer {q} {s} {model}"}  # fmt: skip
+            row = {
+                "model": model,
+                "agent": "llm_0",
+                "role": "pioneer",
+                "query": q,
+                "sample": s,
+                "budget": 4,
+                "reward": reward + offset,
+                "kl": kl,
+                "entropy": 1.0,
+                "length": 4,
+                "hit_budget": True,
+                "text": f"answer {q} {s} {model}",
+            }
             for column, value in row.items():
                 answers[column].append(value)
     return answers
@@ -34,12 +44,18 @@ def fake_answers(model, reward, kl, offsets=QUERY_OFFSETS):
 
 def fake_evaluation(reward, kl, offsets=QUERY_OFFSETS):
     """An eval.json (format 2) whose trained rewards are ``reward`` + offsets, base 0.1."""
-    answers = report.concat(fake_answers("reference", 0.1, 0.0, offsets),
-                            fake_answers("trained", reward, kl, offsets))  # fmt: skip
+    answers = report.concat(
+        fake_answers("reference", 0.1, 0.0, offsets), fake_answers("trained", reward, kl, offsets)
+    )
     rows, summary = report.summarise(answers)
     eval_set = {"seed": 1234, "samples": 2, "queries": ["a", "b", "c", "d"]}
-    return {"format": EVAL_FORMAT, "eval_set": eval_set, "rows": rows, "summary": summary,
-            "answers": answers}  # fmt: skip
+    return {
+        "format": EVAL_FORMAT,
+        "eval_set": eval_set,
+        "rows": rows,
+        "summary": summary,
+        "answers": answers,
+    }
 
 
 def fake_run(path, algorithm, seed, kl_coef, scores, kl, evaluation=None, trajectory=()):
@@ -53,13 +69,24 @@ def fake_run(path, algorithm, seed, kl_coef, scores, kl, evaluation=None, trajec
     for it, score in enumerate(scores):
         row = {"iteration": it}
         for prefix in ("llm_0", "pioneer"):
-            row.update({f"{prefix}/score": score, f"{prefix}/kl": kl * it,
-                        f"{prefix}/objective": score - 0.01 * kl * it})  # fmt: skip
+            row.update(
+                {
+                    f"{prefix}/score": score,
+                    f"{prefix}/kl": kl * it,
+                    f"{prefix}/objective": score - 0.01 * kl * it,
+                }
+            )
         rows.append(row)
     for updates, test_kl, reward in trajectory:
-        rows.append({"iteration": updates - 1, "eval/updates": updates,
-                     "eval/pioneer/kl": test_kl, "eval/pioneer/reward": reward,
-                     "eval/pioneer/entropy": 4.0 - reward})  # fmt: skip
+        rows.append(
+            {
+                "iteration": updates - 1,
+                "eval/updates": updates,
+                "eval/pioneer/kl": test_kl,
+                "eval/pioneer/reward": reward,
+                "eval/pioneer/entropy": 4.0 - reward,
+            }
+        )
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     if evaluation is not None:
         (path / "eval.json").write_text(json.dumps(fake_evaluation(*evaluation)))
@@ -108,13 +135,27 @@ def test_curves_and_frontier_files(tmp_path, capsys):
     fake_run(runs / "c1", "cory", 0, 0.1, [0.1, 0.3, 0.5], 0.5, evaluation=(0.6, 2.0))
     written = compare.main([str(runs), "--out", str(tmp_path / "out")])
     names = {p.name for p in written}
-    assert names == {"curves-agents.png", "curves-agents.csv", "curves-roles.png",
-                     "curves-roles.csv", "frontier.png", "frontier.csv", "summary.csv",
-                     "summary.md", "comparisons.csv", "comparisons.md"}  # fmt: skip
+    assert names == {
+        "curves-agents.png",
+        "curves-agents.csv",
+        "curves-roles.png",
+        "curves-roles.csv",
+        "frontier.png",
+        "frontier.csv",
+        "summary.csv",
+        "summary.md",
+        "comparisons.csv",
+        "comparisons.md",
+    }
     with (tmp_path / "out" / "curves-agents.csv").open() as f:
         table = list(csv.DictReader(f))
-    two_seeds = [r for r in table if r["group"] == "ppo init_kl_coef=0.1" and r["quantity"] ==
-                 "score" and r["iteration"] == "2"]  # fmt: skip
+    two_seeds = [
+        r
+        for r in table
+        if r["group"] == "ppo init_kl_coef=0.1"
+        and r["quantity"] == "score"
+        and r["iteration"] == "2"
+    ]
     (row,) = two_seeds
     assert float(row["mean"]) == pytest.approx(0.6) and row["seeds"] == "2"
     assert float(row["min"]) == 0.4 and float(row["max"]) == 0.8
@@ -125,8 +166,11 @@ def test_curves_and_frontier_files(tmp_path, capsys):
         frontier = {r["run"].rsplit("/", 1)[-1]: r for r in csv.DictReader(f)}
     # ppo: (4, .5) and (6, .7) are non-dominated, (5, .4) is dominated by (4, .5).
     assert {k: v["on_front"] for k, v in frontier.items()} == {
-        "p1": "True", "p2": "True", "p3": "False", "c1": "True",
-    }  # fmt: skip
+        "p1": "True",
+        "p2": "True",
+        "p3": "False",
+        "c1": "True",
+    }
     assert float(frontier["c1"]["r - 0.01 KL"]) == pytest.approx(0.6 - 0.02)
     printed = capsys.readouterr().out
     assert "ppo init_kl_coef=0.1: 2 seed(s)" in printed
@@ -179,19 +223,42 @@ def test_groups_on_different_evaluation_sets_get_no_query_bootstrap(tmp_path):
 
 def test_matched_kl_reads_each_seed_s_trajectory(tmp_path):
     runs = tmp_path / "sweep"
-    fake_run(runs / "p0", "ppo", 0, 0.1, [0.0], 1.0,
-             trajectory=[(0, 0.0, 0.1), (10, 4.0, 0.5), (20, 12.0, 0.9)])  # fmt: skip
-    fake_run(runs / "p1", "ppo", 1, 0.1, [0.0], 1.0,
-             trajectory=[(0, 0.0, 0.1), (10, 2.0, 0.3), (20, 10.0, 0.7)])  # fmt: skip
-    fake_run(runs / "c0", "cory", 0, 0.1, [0.0], 1.0,
-             trajectory=[(0, 0.0, 0.1), (10, 8.0, 0.9), (20, 11.0, 1.0)])  # fmt: skip
+    fake_run(
+        runs / "p0",
+        "ppo",
+        0,
+        0.1,
+        [0.0],
+        1.0,
+        trajectory=[(0, 0.0, 0.1), (10, 4.0, 0.5), (20, 12.0, 0.9)],
+    )
+    fake_run(
+        runs / "p1",
+        "ppo",
+        1,
+        0.1,
+        [0.0],
+        1.0,
+        trajectory=[(0, 0.0, 0.1), (10, 2.0, 0.3), (20, 10.0, 0.7)],
+    )
+    fake_run(
+        runs / "c0",
+        "cory",
+        0,
+        0.1,
+        [0.0],
+        1.0,
+        trajectory=[(0, 0.0, 0.1), (10, 8.0, 0.9), (20, 11.0, 1.0)],
+    )
     out = ["--out", str(tmp_path / "out"), "--baseline", "ppo", "--at_kl", "2", "10"]
     written = compare.main([str(runs), *out])
     assert {"trajectory.png", "objective.png", "trajectory.csv", "matched_kl.md"} <= {
         p.name for p in written
     }
-    rows = {(r["group"], r["kl"]): r for r in
-            csv.DictReader((tmp_path / "out" / "matched_kl.csv").open())}  # fmt: skip
+    rows = {
+        (r["group"], r["kl"]): r
+        for r in csv.DictReader((tmp_path / "out" / "matched_kl.csv").open())
+    }
     # ppo at KL 2: seed 0 halfway to 4 -> 0.3; seed 1 exactly 0.3. At 10: 0.8 and 0.7.
     assert float(rows["ppo", "2.0"]["reward"]) == pytest.approx(0.3)
     assert float(rows["ppo", "10.0"]["reward"]) == pytest.approx(0.75)
@@ -243,8 +310,9 @@ def test_matched_kl_p_values_are_holm_adjusted_over_the_kls(tmp_path):
         fake_run(runs / name, algorithm, seed, 0.1, [0.0], 1.0, trajectory=trajectory)
     out = tmp_path / "out"
     compare.main([str(runs), "--out", str(out), "--baseline", "ppo", "--at_kl", "4", "12"])
-    rows = {r["kl"]: r for r in csv.DictReader((out / "matched_kl.csv").open())
-            if r["group"] == "cory"}  # fmt: skip
+    rows = {
+        r["kl"]: r for r in csv.DictReader((out / "matched_kl.csv").open()) if r["group"] == "cory"
+    }
     p4 = stats.ttest_ind([0.2, 0.3], [0.5, 0.3], equal_var=False).pvalue
     p12 = stats.ttest_ind([0.4, 0.6], [0.9, 0.7], equal_var=False).pvalue
     low, high = sorted([p4, p12])
@@ -295,8 +363,9 @@ def test_an_answer_checked_task_gets_pass_at_k_along_training(tmp_path):
             answers = fake_answers(model, 0.0, 0.5 * updates)
             # after training query 0 is answered right by every sample, query 1 by right_1
             pairs = zip(answers["query"], answers["sample"], strict=True)
-            answers["reward"] = [float(updates > 0 and (q == 0 or (q == 1 and s < right_1)))
-                                 for q, s in pairs]  # fmt: skip
+            answers["reward"] = [
+                float(updates > 0 and (q == 0 or (q == 1 and s < right_1))) for q, s in pairs
+            ]
             _, summary = report.summarise(answers, checked=True)
             (run / "evals" / f"updates_{updates:06d}.json").write_text(
                 json.dumps({"format": EVAL_FORMAT, "updates": updates, "summary": summary})
@@ -305,8 +374,9 @@ def test_an_answer_checked_task_gets_pass_at_k_along_training(tmp_path):
     cory = fake_run(tmp_path / "cory-0", "cory", 0, 0.1, [0.1, 0.2], 0.1)
     (cory / "evals").mkdir()
     flat = (0.0,) * 4
-    answers = report.concat(fake_answers("trained", 1.0, 1.0, flat),
-                            fake_answers("trained", 0.0, 1.0, flat))  # fmt: skip
+    answers = report.concat(
+        fake_answers("trained", 1.0, 1.0, flat), fake_answers("trained", 0.0, 1.0, flat)
+    )
     answers["sample"] = [s + 2 * (i >= 8) for i, s in enumerate(answers["sample"])]
     _, summary = report.summarise(answers, checked=True)  # each query: 2 of 4 right
     (cory / "evals" / "updates_000010.json").write_text(

@@ -49,15 +49,17 @@ def test_a_run_s_agent_in_another_seat_answers_as_it_does_in_its_own_run(two_run
     answers it gives as pioneer in its own run's evaluation: the same weights, sampling
     settings and random numbers (fixed per query, sample and role, not per seat)."""
     run = two_runs[0]
-    [result] = ev.main(["--seats", f"{{llm_0: '{run}:llm_1', llm_1: base}}", "--out",
-                        str(tmp_path / "x"), *FEW])  # fmt: skip
+    [result] = ev.main(
+        ["--seats", f"{{llm_0: '{run}:llm_1', llm_1: base}}", "--out", str(tmp_path / "x"), *FEW]
+    )
     assert result["seats"] == {"llm_0": f"{run}:llm_1", "llm_1": BASE}
     own = evaluator.evaluate(load_run_config(run), run, samples=1, max_queries=3, reference=True)
     seated = result["answers"]
     assert texts(seated, "llm_0", "pioneer") == texts(own["answers"], "llm_1", "pioneer")
     # The base model seated as llm_1 answers as pioneer as the run's base does in seat llm_1.
-    assert texts(seated, "llm_1", "pioneer") == texts(own["answers"], "llm_1", "pioneer",
-                                                      "reference")  # fmt: skip
+    assert texts(seated, "llm_1", "pioneer") == texts(
+        own["answers"], "llm_1", "pioneer", "reference"
+    )
     saved = json.loads((tmp_path / "x" / "eval.json").read_text())
     assert saved["seats"] == result["seats"]
 
@@ -117,8 +119,10 @@ def test_a_seated_folder_s_kl_is_measured_against_its_base(two_runs, tmp_path, t
     assert kls and min(kls) > 0  # trained agents: above 0 against the base
     players = {"llm_0": Player.parse(str(base_copy)), "llm_1": Player.parse(str(plain))}
     config, answers, _ = play_seats(players, template, {"samples": 1, "max_queries": 3})
-    by_agent = {a: [k for k, b in zip(answers["kl"], answers["agent"], strict=True) if b == a]
-                for a in ("llm_0", "llm_1")}  # fmt: skip
+    by_agent = {
+        a: [k for k, b in zip(answers["kl"], answers["agent"], strict=True) if b == a]
+        for a in ("llm_0", "llm_1")
+    }
     assert max(abs(k) for k in by_agent["llm_0"]) < 1e-6  # the base's own weights: KL 0
     assert min(by_agent["llm_1"]) > 0
 
@@ -161,8 +165,19 @@ def test_folders_saved_elsewhere_are_evaluated_as_a_run_of_ours(
     assert evaluate_saved(saved, two_runs[0], out, seed=7, options=few) == rows
     assert [t[0] for t in trajectory(load_run(out), "all")] == [0, 2]
     compact = tmp_path / "compact"
-    main([str(saved), "--like", str(two_runs[0]), "--seed", "7", "--out", str(out),
-          "--results", str(compact)])  # fmt: skip
+    main(
+        [
+            str(saved),
+            "--like",
+            str(two_runs[0]),
+            "--seed",
+            "7",
+            "--out",
+            str(out),
+            "--results",
+            str(compact),
+        ]
+    )
     assert (compact / "done.json").is_file() and (compact / "source.json").is_file()
     assert trajectory(load_run(compact), "all") == trajectory(run, "all")
     with pytest.raises(SettingError, match=r"no updates_<n> folder for \[3\]"):

@@ -162,11 +162,30 @@ def test_trains_from_the_command_line(user_folder, tiny_model_dir):
         f"{{dataset: data.csv, reward: '{module}.py:score', observer_template: 'Again: {{query}}'}}"
     )
     config, _ = parse_args(
-        ["--preset", "smoke", "--model", tiny_model_dir, "--run_dir", str(folder / "run"),
-         "--device", "cpu", "--batch_size", "4", "--mini_batch_size", "2", "--iterations", "1",
-         "--task", "custom", "--task_settings", settings, "--max_new_tokens", "3"],
+        [
+            "--preset",
+            "smoke",
+            "--model",
+            tiny_model_dir,
+            "--run_dir",
+            str(folder / "run"),
+            "--device",
+            "cpu",
+            "--batch_size",
+            "4",
+            "--mini_batch_size",
+            "2",
+            "--iterations",
+            "1",
+            "--task",
+            "custom",
+            "--task_settings",
+            settings,
+            "--max_new_tokens",
+            "3",
+        ],
         "cory",
-    )  # fmt: skip
+    )
     run = run_training(config)
     [row] = read_jsonl(run.path / "metrics.jsonl")
     assert row["pioneer/score"] in (0.0, 0.25, 0.5, 0.75, 1.0)  # a mean of 0/1 over 4 games

@@ -52,8 +52,17 @@ def launch(config_file: Path, out: Path, mode: str) -> None:
     script.write_text(WORKER)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     config = ROOT / "train" / "configs" / "multi_cpu.yaml"  # the config the README ships
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
-           str(script), str(config_file), str(out), mode]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(config),
+        str(script),
+        str(config_file),
+        str(out),
+        mode,
+    ]
     done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
 

@@ -26,10 +26,14 @@ def rollout(rewards: list[float], width: int = 2, prompt: int = 3, start: int = 
     return Rollout(
         prompt_ids=ids.expand(B, prompt).clone(),
         prompt_mask=torch.ones(B, prompt, dtype=torch.long),
-        tokens=ids.expand(B, width).clone(), mask=mask, logprobs=-torch.ones(B, width) * mask,
-        sample_logprobs=-torch.ones(B, width) * mask, values=torch.zeros(B, width),
-        full_logprobs=torch.zeros(B, width, 5), rewards=torch.tensor(rewards),
-    )  # fmt: skip
+        tokens=ids.expand(B, width).clone(),
+        mask=mask,
+        logprobs=-torch.ones(B, width) * mask,
+        sample_logprobs=-torch.ones(B, width) * mask,
+        values=torch.zeros(B, width),
+        full_logprobs=torch.zeros(B, width, 5),
+        rewards=torch.tensor(rewards),
+    )
 
 
 def test_groups_alike_are_dropped_and_the_batch_filled_from_more_draws():
@@ -46,9 +50,11 @@ def test_groups_alike_are_dropped_and_the_batch_filled_from_more_draws():
     assert second.prompt_mask[:2, 0].tolist() == [0, 0] and second.prompt_ids[0, 0] == -1
     assert second.rewards.tolist() == [0.0, 1.0, 0.0, 1.0, 1.0, 0.0]
     assert ds.finish("grpo") == {
-        "grpo/dynamic/kept_groups": 3.0, "grpo/dynamic/dropped_groups": 3.0,
-        "grpo/dynamic/extra_batches": 1.0, "grpo/dynamic/filled_groups": 0.0,
-    }  # fmt: skip
+        "grpo/dynamic/kept_groups": 3.0,
+        "grpo/dynamic/dropped_groups": 3.0,
+        "grpo/dynamic/extra_batches": 1.0,
+        "grpo/dynamic/filled_groups": 0.0,
+    }
     assert ds.target is None  # the next iteration starts afresh
 
 
@@ -93,15 +99,23 @@ def parity_task(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("learners", [None, {"llm_0": "grpo", "llm_1": "ppo"}])
-def test_a_run_draws_more_batches_for_groups_that_differ(tiny_model_dir, tmp_path, parity_task,
-                                                         learners):  # fmt: skip
+def test_a_run_draws_more_batches_for_groups_that_differ(
+    tiny_model_dir, tmp_path, parity_task, learners
+):
     two = learners is not None
     config = tiny_config(
-        tiny_model_dir, tmp_path / "run", "grpo" if not two else "cory", iterations=3,
-        task="custom", task_settings=parity_task, group_size=2, max_new_tokens=[1, 4],
-        batch_size=8, learners=learners,
+        tiny_model_dir,
+        tmp_path / "run",
+        "grpo" if not two else "cory",
+        iterations=3,
+        task="custom",
+        task_settings=parity_task,
+        group_size=2,
+        max_new_tokens=[1, 4],
+        batch_size=8,
+        learners=learners,
         learner={"dynamic_sampling": True, "max_extra_batches": 3, "mini_batch_size": 4},
-    )  # fmt: skip
+    )
     rows = read_jsonl(run_training(config).path / "metrics.jsonl")
     kept = [r["llm_0/grpo/dynamic/kept_groups"] for r in rows]
     dropped = [r["llm_0/grpo/dynamic/dropped_groups"] for r in rows]

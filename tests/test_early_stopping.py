@@ -37,9 +37,18 @@ def test_patience_counts_evaluations_that_do_not_beat_the_best_by_the_threshold(
 
 
 def test_a_run_stops_by_its_rule_and_is_done_for_resume(tiny_model_dir, tmp_path, capsys):
-    config = tiny_config(tiny_model_dir, tmp_path / "run", "ppo", iterations=8,
-                         eval_every=2, eval_queries=2, eval_samples=1, checkpoint_every=3,
-                         early_stopping_target=-1e9, early_stopping_min_updates=4)  # fmt: skip
+    config = tiny_config(
+        tiny_model_dir,
+        tmp_path / "run",
+        "ppo",
+        iterations=8,
+        eval_every=2,
+        eval_queries=2,
+        eval_samples=1,
+        checkpoint_every=3,
+        early_stopping_target=-1e9,
+        early_stopping_min_updates=4,
+    )
     run_training(config)
     rows = read_jsonl(tmp_path / "run" / "metrics.jsonl")
     assert max(r["iteration"] for r in rows) == 3  # the evaluation after update 4 stopped it

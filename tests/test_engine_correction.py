@@ -37,9 +37,13 @@ def weights(mode, cap=3.0, floor=None, engine=ENGINE):
 def test_token_truncate_clips_each_token_s_ratio_at_the_cap():
     w, stats = weights("token_truncate")
     torch.testing.assert_close(w, torch.tensor([[1.0, 3.0, 0.5], [2.0, 1.25, 1.0]]))
-    expected = {"engine/is_ratio_mean": 8.75 / 5, "engine/is_ratio_min": 0.5,
-                "engine/is_ratio_max": 4.0, "engine/is_weight_mean": 7.75 / 5,
-                "engine/is_clipped_frac": 1 / 5}  # fmt: skip
+    expected = {
+        "engine/is_ratio_mean": 8.75 / 5,
+        "engine/is_ratio_min": 0.5,
+        "engine/is_ratio_max": 4.0,
+        "engine/is_weight_mean": 7.75 / 5,
+        "engine/is_clipped_frac": 1 / 5,
+    }
     assert stats.keys() == expected.keys()
     for key, value in expected.items():
         assert math.isclose(stats[key], value, rel_tol=1e-6), key
@@ -93,19 +97,22 @@ def test_ppo_s_policy_loss_weighs_each_token():
     logprobs = torch.tensor([[-1.0, -2.0]])  # ratio 1: the loss is -A per token
     advantages, mask = torch.tensor([[1.0, -2.0]]), torch.ones(1, 2)
     plain, _ = pm.policy_loss(logprobs, logprobs, advantages, mask)
-    corrected, _ = pm.policy_loss(logprobs, logprobs, advantages, mask,
-                                  weights=torch.tensor([[2.0, 0.5]]))  # fmt: skip
+    corrected, _ = pm.policy_loss(
+        logprobs, logprobs, advantages, mask, weights=torch.tensor([[2.0, 0.5]])
+    )
     assert math.isclose(float(plain), 0.5) and math.isclose(float(corrected), -0.5)
 
 
 @pytest.mark.parametrize(
     "bad, match",
-    [({"engine_correction": "yes"}, "engine_correction"),
-     ({"engine_correction_mode": "token"}, "engine_correction_mode"),
-     ({"engine_correction_cap": 0}, "engine_correction_cap"),
-     ({"engine_correction_floor": 4.0}, "engine_correction_floor"),
-     ({"engine_correction_cap": None}, "both None")],
-)  # fmt: skip
+    [
+        ({"engine_correction": "yes"}, "engine_correction"),
+        ({"engine_correction_mode": "token"}, "engine_correction_mode"),
+        ({"engine_correction_cap": 0}, "engine_correction_cap"),
+        ({"engine_correction_floor": 4.0}, "engine_correction_floor"),
+        ({"engine_correction_cap": None}, "both None"),
+    ],
+)
 def test_the_settings_are_checked(bad, match):
     with pytest.raises(SettingError, match=match):
         PPOConfig(**bad).validate()
@@ -138,8 +145,10 @@ def varied_task(tokenizer):
     return cory_env.custom_task(
         ["the movie was", "this film is", "i love the", "a very"],
         lambda queries, responses: [len(r) % 5 / 5 for r in responses],
-        prompt_fn=lambda role, q, earlier: q.text, max_new_tokens=4, context_length=24,
-    )  # fmt: skip
+        prompt_fn=lambda role, q, earlier: q.text,
+        max_new_tokens=4,
+        context_length=24,
+    )
 
 
 def learner_on_a_tempered_engine(name, tokenizer, lm, **settings):
@@ -169,8 +178,14 @@ def test_an_engine_off_the_policy_is_corrected_in_every_learner_s_update(
     stats = corrected.learn()
     w = ro.is_weights[ro.mask.bool()]
     assert (w - 1).abs().max() > 0.05, "the tempered engine should be off the learner's policy"
-    for key in ("is_ratio_mean", "is_ratio_min", "is_ratio_max", "is_weight_mean",
-                "is_clipped_frac", "kl"):  # fmt: skip
+    for key in (
+        "is_ratio_mean",
+        "is_ratio_min",
+        "is_ratio_max",
+        "is_weight_mean",
+        "is_clipped_frac",
+        "kl",
+    ):
         assert math.isfinite(stats[f"engine/{key}"]), key
     assert stats["engine/is_ratio_min"] < 1 < stats["engine/is_ratio_max"]
     plain_stats = plain.learn()
@@ -183,8 +198,9 @@ def test_an_engine_off_the_policy_is_corrected_in_every_learner_s_update(
 def test_without_an_engine_the_batch_has_no_weights(tiny_tokenizer, tiny_lm):
     [policy], reference = build_policies(tiny_lm, 1)
     agent = PPOAgent(policy, reference, PPOConfig(mini_batch_size=4), 0, seed=0)
-    game = cory_env.batched_game(target_task(tiny_tokenizer), batch_size=4, n_agents=1,
-                                 tokenizer=tiny_tokenizer)  # fmt: skip
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer), batch_size=4, n_agents=1, tokenizer=tiny_tokenizer
+    )
     game.reset(seed=0)
     play_batch(game, {"llm_0": agent})
     ro = agent.take_rollout()

@@ -42,8 +42,11 @@ def server(tmp_path_factory):
     with open(log, "w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", SERVER_MODULE, "--model", folder, *args],
-            stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )  # fmt: skip
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_S
@@ -76,15 +79,24 @@ def build(tmp_path_factory, port: int, lora: bool):
     config = build_config(
         "smoke",
         overrides={
-            "model": "embedded", "batch_size": 4, "max_new_tokens": 10, "device": "cpu",
-            "run_dir": str(tmp_path_factory.mktemp("run")), "rollout_engine": "vllm",
-            "vllm_mode": "server", "vllm_server_port": port, "lora": lora,
-            "lora_r": LORA_RANK, "learner": {
-                "top_k": 1, "learning_rate": 3e-3 if lora else 3e-4, "mini_batch_size": 4,
+            "model": "embedded",
+            "batch_size": 4,
+            "max_new_tokens": 10,
+            "device": "cpu",
+            "run_dir": str(tmp_path_factory.mktemp("run")),
+            "rollout_engine": "vllm",
+            "vllm_mode": "server",
+            "vllm_server_port": port,
+            "lora": lora,
+            "lora_r": LORA_RANK,
+            "learner": {
+                "top_k": 1,
+                "learning_rate": 3e-3 if lora else 3e-4,
+                "mini_batch_size": 4,
             },
         },
         algorithm="ppo",
-    )  # fmt: skip
+    )
     game, learners = build_game_and_learners(config)
     return game, learners["llm_0"]
 

@@ -26,9 +26,16 @@ class FakeServer:
     A completion is the prompt's last id, then ids counting up from the seed, ending
     with EOS where the budget allows it."""
 
-    def __init__(self, model: str = MODEL, max_model_len: int = 64, dev_mode: bool = True,
-                 logprobs_mode: str = "processed_logprobs", lora_rank: int | None = None,
-                 runtime_lora: bool = True, delay: float = 0.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model: str = MODEL,
+        max_model_len: int = 64,
+        dev_mode: bool = True,
+        logprobs_mode: str = "processed_logprobs",
+        lora_rank: int | None = None,
+        runtime_lora: bool = True,
+        delay: float = 0.0,
+    ) -> None:
         self.model, self.max_model_len, self.dev_mode = model, max_model_len, dev_mode
         self.logprobs_mode, self.lora_rank, self.runtime_lora = (
             logprobs_mode,
@@ -75,8 +82,12 @@ class FakeServer:
         if path == "/health":
             return 200, None
         if path == "/v1/models":
-            entry = {"id": self.model, "root": self.model, "parent": None,
-                     "max_model_len": self.max_model_len}  # fmt: skip
+            entry = {
+                "id": self.model,
+                "root": self.model,
+                "parent": None,
+                "max_model_len": self.max_model_len,
+            }
             return 200, {"data": [entry]}
         if path.startswith("/server_info") and self.dev_mode:
             lora = None if self.lora_rank is None else {"max_lora_rank": self.lora_rank}
@@ -141,14 +152,19 @@ def test_a_batch_is_one_request_per_game_with_every_sampling_setting(server):
     out = engine.generate([[5, 6], [7]], [3, 4], sampling, seeds=[10, 20], eos_token_id=1)
     assert out.tokens == [[6, 10, 1], [7, 20, 21, 1]]
     assert out.logprobs == [[-0.5] * 3, [-0.5] * 4]
-    bodies = sorted((b for p, b in server.requests if p == "/v1/completions"),
-                    key=lambda b: b["seed"])  # fmt: skip
+    bodies = sorted(
+        (b for p, b in server.requests if p == "/v1/completions"), key=lambda b: b["seed"]
+    )
     assert [b["prompt"] for b in bodies] == [[5, 6], [7]]
     assert [(b["max_tokens"], b["seed"]) for b in bodies] == [(3, 10), (4, 20)]
     for b in bodies:  # every setting spelled out: the server's defaults never apply
         assert b["model"] == MODEL and b["stop_token_ids"] == [1] and b["logprobs"] == 0
         assert (b["temperature"], b["top_k"], b["top_p"], b["repetition_penalty"]) == (
-            0.7, 5, 0.9, 1.1)  # fmt: skip
+            0.7,
+            5,
+            0.9,
+            1.1,
+        )
         assert (b["min_p"], b["presence_penalty"], b["frequency_penalty"]) == (0, 0, 0)
         assert b["return_token_ids"] is True
 
@@ -239,12 +255,14 @@ def test_a_slow_server_is_one_line(server):
 
 @pytest.mark.parametrize(
     "server, match",
-    [({"model": "/models/other"}, "serves '/models/other', not the seats' model"),
-     ({"max_model_len": 32}, "--max-model-len 64"),
-     ({"dev_mode": False}, "VLLM_SERVER_DEV_MODE=1"),
-     ({"logprobs_mode": "raw_logprobs"}, "--logprobs-mode processed_logprobs")],
+    [
+        ({"model": "/models/other"}, "serves '/models/other', not the seats' model"),
+        ({"max_model_len": 32}, "--max-model-len 64"),
+        ({"dev_mode": False}, "VLLM_SERVER_DEV_MODE=1"),
+        ({"logprobs_mode": "raw_logprobs"}, "--logprobs-mode processed_logprobs"),
+    ],
     indirect=["server"],
-)  # fmt: skip
+)
 def test_a_server_that_cannot_serve_this_engine_is_refused_before_any_turn(server, match):
     with pytest.raises(ServerError, match=match) as err:
         engine_of(server)
@@ -253,11 +271,13 @@ def test_a_server_that_cannot_serve_this_engine_is_refused_before_any_turn(serve
 
 @pytest.mark.parametrize(
     "server, match",
-    [({}, "takes no LoRA adapters"),
-     ({"lora_rank": 4}, "--max-lora-rank 8"),
-     ({"lora_rank": 8, "runtime_lora": False}, "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True")],
+    [
+        ({}, "takes no LoRA adapters"),
+        ({"lora_rank": 4}, "--max-lora-rank 8"),
+        ({"lora_rank": 8, "runtime_lora": False}, "VLLM_ALLOW_RUNTIME_LORA_UPDATING=True"),
+    ],
     indirect=["server"],
-)  # fmt: skip
+)
 def test_a_server_that_cannot_take_the_adapters_is_refused(server, match):
     with pytest.raises(ServerError, match=match):
         engine_of(server, lora_rank=8, base_weights=Seat(0.0).pairs)
@@ -278,11 +298,13 @@ def test_the_command_says_how_to_start_the_server():
 def test_the_server_settings_are_checked(tiny_model_dir, tmp_path):
     from tests.conftest import tiny_config
 
-    for bad, match in [({"vllm_mode": "remote"}, "vllm_mode"),
-                       ({"vllm_mode": "server"}, "takes effect with rollout_engine vllm"),
-                       ({"vllm_server_port": 70000}, "vllm_server_port"),
-                       ({"vllm_server_base_url": "localhost:8000"}, "vllm_server_base_url"),
-                       ({"vllm_server_timeout": 0}, "vllm_server_timeout")]:  # fmt: skip
+    for bad, match in [
+        ({"vllm_mode": "remote"}, "vllm_mode"),
+        ({"vllm_mode": "server"}, "takes effect with rollout_engine vllm"),
+        ({"vllm_server_port": 70000}, "vllm_server_port"),
+        ({"vllm_server_base_url": "localhost:8000"}, "vllm_server_base_url"),
+        ({"vllm_server_timeout": 0}, "vllm_server_timeout"),
+    ]:
         with pytest.raises(SettingError, match=match):
             tiny_config(tiny_model_dir, tmp_path / "run", **bad).validate()
 
@@ -297,9 +319,14 @@ def test_a_server_run_plays_its_turns_from_the_server(tiny_model_dir, tmp_path):
     fake = FakeServer(model="tiny", max_model_len=512)
     try:
         config = tiny_config(
-            tiny_model_dir, tmp_path / "run", "ppo", rollout_engine="vllm", vllm_mode="server",
-            vllm_server_base_url=fake.url, max_new_tokens=4,
-        )  # fmt: skip
+            tiny_model_dir,
+            tmp_path / "run",
+            "ppo",
+            rollout_engine="vllm",
+            vllm_mode="server",
+            vllm_server_base_url=fake.url,
+            max_new_tokens=4,
+        )
         with pytest.raises(SettingError, match="serves 'tiny', not the seats' model"):
             build_game_and_learners(config)
         fake.model, fake.vocab = tiny_model_dir, 40
@@ -332,8 +359,14 @@ def test_several_processes_may_share_a_server(tiny_model_dir, tmp_path, monkeypa
     down = FakeServer()
     down.close()
     config = tiny_config(
-        tiny_model_dir, tmp_path / "run", "ppo", rollout_engine="vllm", vllm_mode="server",
-        vllm_server_base_url=down.url, vllm_server_timeout=1, report_to=["none"],
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path / "run",
+        "ppo",
+        rollout_engine="vllm",
+        vllm_mode="server",
+        vllm_server_base_url=down.url,
+        vllm_server_timeout=1,
+        report_to=["none"],
+    )
     with pytest.raises(SettingError, match="vllm_mode server: no vLLM server answers"):
         run.run_training(config)

@@ -17,14 +17,21 @@ def build(tmp_path_factory, lora: bool):
     config = build_config(
         "smoke",
         overrides={
-            "model": "embedded", "batch_size": 4, "max_new_tokens": 10, "device": "cpu",
-            "run_dir": str(tmp_path_factory.mktemp("run")), "rollout_engine": "vllm",
-            "lora": lora, "learner": {
-                "top_k": 1, "learning_rate": 3e-3 if lora else 3e-4, "mini_batch_size": 4,
+            "model": "embedded",
+            "batch_size": 4,
+            "max_new_tokens": 10,
+            "device": "cpu",
+            "run_dir": str(tmp_path_factory.mktemp("run")),
+            "rollout_engine": "vllm",
+            "lora": lora,
+            "learner": {
+                "top_k": 1,
+                "learning_rate": 3e-3 if lora else 3e-4,
+                "mini_batch_size": 4,
             },
         },
         algorithm="ppo",
-    )  # fmt: skip
+    )
     game, learners = build_game_and_learners(config)
     return game, learners["llm_0"]
 

@@ -59,8 +59,10 @@ def test_every_agent_plays_every_role_beside_the_reference(cory_run, capsys):
     out, err = capsys.readouterr()
     assert md.splitlines()[0] in out
     # The size is said before the first batch, then a bar counts the batches with the time left.
-    size = ("evaluation: 5 held-out queries x 2 samples = 10 answers per role order, 2 role "
-            "orders, 2 models: 8 batches of 5 games")  # fmt: skip
+    size = (
+        "evaluation: 5 held-out queries x 2 samples = 10 answers per role order, 2 role "
+        "orders, 2 models: 8 batches of 5 games"
+    )
     assert size in err and err.index(size) < err.index("evaluating") and "8/8" in err
 
 
@@ -71,9 +73,18 @@ def test_eval_json_records_every_answer_and_its_summaries_recompute(cory_run):
     # 2 models x 2 agents x 2 roles x 4 queries x 3 samples, each (query, sample) once per cell.
     assert len(answers["model"]) == 96 and set(answers) == set(report.ANSWER_COLUMNS)
     for model, agent, role in report.cells(answers):
-        keys = [(q, s) for m, a, r, q, s in zip(answers["model"], answers["agent"],
-                answers["role"], answers["query"], answers["sample"], strict=True)
-                if (m, a, r) == (model, agent, role)]  # fmt: skip
+        keys = [
+            (q, s)
+            for m, a, r, q, s in zip(
+                answers["model"],
+                answers["agent"],
+                answers["role"],
+                answers["query"],
+                answers["sample"],
+                strict=True,
+            )
+            if (m, a, r) == (model, agent, role)
+        ]
         assert sorted(keys) == [(q, s) for q in range(4) for s in range(3)]
     budgets = result["eval_set"]["budgets"]
     columns = zip(answers["query"], answers["sample"], answers["budget"], strict=True)
@@ -88,11 +99,20 @@ def test_eval_json_records_every_answer_and_its_summaries_recompute(cory_run):
 
 def test_the_set_is_the_same_for_every_learner_group_and_batch_size(tiny_model_dir, tmp_path):
     sets = []
-    for algorithm, batch, settings in [("ppo", 4, {}), ("cory", 8, {}),
-                                       ("grpo", 8, {"group_size": 4}),
-                                       ("rloo", 6, {"group_size": 2})]:  # fmt: skip
-        config = tiny_config(tiny_model_dir, tmp_path / algorithm, algorithm, batch_size=batch,
-                             learner={"mini_batch_size": 2}, **settings)  # fmt: skip
+    for algorithm, batch, settings in [
+        ("ppo", 4, {}),
+        ("cory", 8, {}),
+        ("grpo", 8, {"group_size": 4}),
+        ("rloo", 6, {"group_size": 2}),
+    ]:
+        config = tiny_config(
+            tiny_model_dir,
+            tmp_path / algorithm,
+            algorithm,
+            batch_size=batch,
+            learner={"mini_batch_size": 2},
+            **settings,
+        )
         game, _ = build_game_and_learners(config)
         for eval_batch in (3, 32):
             evaluator = Evaluator(config, game.tokenizers, samples=2, batch_size=eval_batch)
@@ -130,8 +150,9 @@ def test_an_identical_policy_paired_with_the_base_differs_by_exactly_zero(tiny_m
     random stream), gives the same answers; without them the draws differ."""
     config = tiny_config(tiny_model_dir, tmp_path / "a", "cory")
     game, base_learners = build_game_and_learners(config)
-    _, copy_learners = build_game_and_learners(tiny_config(tiny_model_dir, tmp_path / "b",
-                                                           "cory", seed=5))  # fmt: skip
+    _, copy_learners = build_game_and_learners(
+        tiny_config(tiny_model_dir, tmp_path / "b", "cory", seed=5)
+    )
     evaluator = Evaluator(config, game.tokenizers, samples=2, batch_size=8, max_queries=6)
     base, *_ = evaluator.play(base_learners, report.REFERENCE)
     same, *_, common = evaluator.play(copy_learners, report.TRAINED)
@@ -218,9 +239,20 @@ def test_settings_that_evaluate_nothing_are_refused_before_a_model_loads(
 def test_pass_at_k_of_a_cell_comes_from_its_queries():
     answers = report.empty_answers()
     for i, reward in enumerate([1.0, 0, 0, 0, 1, 1, 1, 1]):
-        row = {"model": "reference", "agent": "llm_0", "role": "pioneer", "query": i // 4,
-               "sample": i % 4, "budget": 3, "reward": reward, "kl": 0.0, "entropy": None,
-               "length": 3, "hit_budget": False, "text": "the answer is 4"}  # fmt: skip
+        row = {
+            "model": "reference",
+            "agent": "llm_0",
+            "role": "pioneer",
+            "query": i // 4,
+            "sample": i % 4,
+            "budget": 3,
+            "reward": reward,
+            "kl": 0.0,
+            "entropy": None,
+            "length": 3,
+            "hit_budget": False,
+            "text": "the answer is 4",
+        }
         for column, value in row.items():
             answers[column].append(value)
     row = report.cell_metrics(answers, np.arange(8), (0.01,), checked=True, base=None)
@@ -235,9 +267,20 @@ def test_pass_at_k_pooled_over_agents_averages_each_agents_pass_at_k():
     answers = report.empty_answers()
     for agent, rewards in (("llm_0", [1.0, 0, 1, 1]), ("llm_1", [1.0, 0, 0, 0])):
         for i, reward in enumerate(rewards):
-            row = {"model": "trained", "agent": agent, "role": "pioneer", "query": i // 2,
-                   "sample": i % 2, "budget": 3, "reward": reward, "kl": 0.0,
-                   "entropy": None, "length": 3, "hit_budget": False, "text": "4"}  # fmt: skip
+            row = {
+                "model": "trained",
+                "agent": agent,
+                "role": "pioneer",
+                "query": i // 2,
+                "sample": i % 2,
+                "budget": 3,
+                "reward": reward,
+                "kl": 0.0,
+                "entropy": None,
+                "length": 3,
+                "hit_budget": False,
+                "text": "4",
+            }
             for column, value in row.items():
                 answers[column].append(value)
     pooled = report.pass_at_k_by_agent(answers, np.arange(8))
@@ -251,9 +294,20 @@ def test_paired_difference_is_matched_answer_by_answer_and_averaged_per_query():
     def table(model, rewards):
         answers = report.empty_answers()
         for (q, s), reward in rewards.items():
-            row = {"model": model, "agent": "llm_0", "role": "pioneer", "query": q,
-                   "sample": s, "budget": 3, "reward": reward, "kl": None, "entropy": None,
-                   "length": 3, "hit_budget": False, "text": "x"}  # fmt: skip
+            row = {
+                "model": model,
+                "agent": "llm_0",
+                "role": "pioneer",
+                "query": q,
+                "sample": s,
+                "budget": 3,
+                "reward": reward,
+                "kl": None,
+                "entropy": None,
+                "length": 3,
+                "hit_budget": False,
+                "text": "x",
+            }
             for column, value in row.items():
                 answers[column].append(value)
         return answers
@@ -295,23 +349,42 @@ def test_reference_use_pairs_each_observer_answer_with_its_partner_s_pioneer_ans
     right and after a wrong pioneer answer of the other agent, in the same game."""
     answers = report.empty_answers()
     games = [  # (pioneer agent, query, sample, pioneer right, observer right)
-        ("llm_0", 0, 0, True, True), ("llm_0", 0, 1, True, False),
-        ("llm_0", 1, 0, False, False), ("llm_0", 1, 1, False, True),
-        ("llm_1", 0, 0, True, True), ("llm_1", 0, 1, False, False),
-        ("llm_1", 1, 0, False, False), ("llm_1", 1, 1, False, False),
-    ]  # fmt: skip
+        ("llm_0", 0, 0, True, True),
+        ("llm_0", 0, 1, True, False),
+        ("llm_0", 1, 0, False, False),
+        ("llm_0", 1, 1, False, True),
+        ("llm_1", 0, 0, True, True),
+        ("llm_1", 0, 1, False, False),
+        ("llm_1", 1, 0, False, False),
+        ("llm_1", 1, 1, False, False),
+    ]
     for pioneer, query, sample, p_right, o_right in games:
         observer = "llm_1" if pioneer == "llm_0" else "llm_0"
         for agent, role, right in ((pioneer, "pioneer", p_right), (observer, "observer", o_right)):
-            row = {"model": report.TRAINED, "agent": agent, "role": role, "query": query,
-                   "sample": sample, "budget": 4, "reward": float(right), "kl": 0.0,
-                   "entropy": 1.0, "length": 2, "hit_budget": False, "text": "1"}  # fmt: skip
+            row = {
+                "model": report.TRAINED,
+                "agent": agent,
+                "role": role,
+                "query": query,
+                "sample": sample,
+                "budget": 4,
+                "reward": float(right),
+                "kl": 0.0,
+                "entropy": 1.0,
+                "length": 2,
+                "hit_budget": False,
+                "text": "1",
+            }
             for column, value in row.items():
                 answers[column].append(value)
     use = report.reference_use(answers, report.TRAINED)
     # right pioneers: 3 games, observers right in 2; wrong: 5 games, observers right in 1
-    assert use == {"observer_given_right": 2 / 3, "observer_given_wrong": 1 / 5,
-                   "pioneer_right": 3, "pioneer_wrong": 5}  # fmt: skip
+    assert use == {
+        "observer_given_right": 2 / 3,
+        "observer_given_wrong": 1 / 5,
+        "pioneer_right": 3,
+        "pioneer_wrong": 5,
+    }
     _, summary = report.summarise(answers, checked=True)
     assert summary[report.TRAINED]["observer"]["observer_given_right"] == 2 / 3
     _, unchecked = report.summarise(answers)

@@ -88,8 +88,9 @@ def test_each_export_carries_a_model_card_the_hub_reads(tiny_model_dir, tmp_path
     the seat, the roles played, the settings, the held-out evaluation and how to load."""
     from huggingface_hub import ModelCard
 
-    config = tiny_config(tiny_model_dir, tmp_path / "run", iterations=3, eval_every=2,
-                         eval_queries=3, eval_samples=1)  # fmt: skip
+    config = tiny_config(
+        tiny_model_dir, tmp_path / "run", iterations=3, eval_every=2, eval_queries=3, eval_samples=1
+    )
     run_training(config)
     export_run(tmp_path / "run", tmp_path / "out")
     for agent in ("llm_0", "llm_1"):
@@ -100,8 +101,11 @@ def test_each_export_carries_a_model_card_the_hub_reads(tiny_model_dir, tmp_path
         text = " ".join(card.text.split())  # the prose is wrapped
         assert f"Seat `{agent}` of a 2-agent text game trained with `cory`" in text
         # role_exchange_period 1 over 3 iterations: llm_0 is pioneer twice, llm_1 once.
-        played = "pioneer for 2 iterations, observer for 1 iteration" if agent == "llm_0" else (
-            "observer for 2 iterations, pioneer for 1 iteration")  # fmt: skip
+        played = (
+            "pioneer for 2 iterations, observer for 1 iteration"
+            if agent == "llm_0"
+            else ("observer for 2 iterations, pioneer for 1 iteration")
+        )
         assert played in text, text
         assert "after 3 updates" in text and "| this agent | pioneer |" in text
         assert "| base model | pioneer |" in text and "| `lam` | `1.0` |" in text
@@ -145,15 +149,18 @@ def test_push_to_hub_uploads_each_agent_with_its_card(tiny_model_dir, tmp_path, 
     main([str(tmp_path / "run"), str(tmp_path / "out"), "--push_to_hub", "you/cory", "--private"])
     creates = [c for c in fake.calls if c[0] == "create_repo"]
     uploads = {c[1]: c[2] for c in fake.calls if c[0] == "upload_folder"}
-    assert [(c[1], c[2]["private"]) for c in creates] == [("you/cory-llm_0", True),
-                                                           ("you/cory-llm_1", True)]  # fmt: skip
+    assert [(c[1], c[2]["private"]) for c in creates] == [
+        ("you/cory-llm_0", True),
+        ("you/cory-llm_1", True),
+    ]
     assert set(uploads) == {"you/cory-llm_0", "you/cory-llm_1"}
     assert {"README.md", "config.json", "value_head.safetensors"} <= set(uploads["you/cory-llm_0"])
     assert hub.repo_ids("you/one", ["llm_0"]) == {"llm_0": "you/one"}
 
 
-def test_push_to_hub_is_refused_before_anything_is_written(tiny_model_dir, tmp_path, monkeypatch,
-                                                            capsys):  # fmt: skip
+def test_push_to_hub_is_refused_before_anything_is_written(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
     import huggingface_hub
 
     from cory_rl.train.publish import hub

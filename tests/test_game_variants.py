@@ -182,9 +182,15 @@ def test_sees_none_is_the_no_transfer_ablation(real_tok) -> None:
     """imdb, sees="none": every agent's observation is the pioneer's prompt (the query);
     every agent is still paid the collective reward with lam."""
     game = batched_game(
-        "imdb", batch_size=3, n_agents=3, sees="none", lam=0.5, max_new_tokens=3,
-        role_exchange_period=1, tokenizer=real_tok,
-    )  # fmt: skip
+        "imdb",
+        batch_size=3,
+        n_agents=3,
+        sees="none",
+        lam=0.5,
+        max_new_tokens=3,
+        role_exchange_period=1,
+        tokenizer=real_tok,
+    )
     for seed in (0, None):
         game.reset(seed=seed)
         seen = {}
@@ -325,9 +331,14 @@ def test_reward_norm_hand_computed(tiny_tokenizer, lam) -> None:
     }
     for norm in (True, False):
         game = batched_game(
-            custom_task(QUERIES, word_count), batch_size=4, n_agents=3, lam=lam,
-            reward_norm=norm, max_new_tokens=4, tokenizer=tiny_tokenizer,
-        )  # fmt: skip
+            custom_task(QUERIES, word_count),
+            batch_size=4,
+            n_agents=3,
+            lam=lam,
+            reward_norm=norm,
+            max_new_tokens=4,
+            tokenizer=tiny_tokenizer,
+        )
         game.reset(seed=0)
         play(game, counts)
         for a, c in counts.items():
@@ -346,9 +357,13 @@ def test_reward_norm_unit_std_two_agents(tiny_tokenizer) -> None:
     """llm_0 [0,1,2,3]: mean 1.5, std sqrt(1.25) -> [-3,-1,1,3]/sqrt(5); llm_1 [2,2,0,0] ->
     [1,1,-1,-1]. With lam=-0.5: llm_0 gets z0 - 0.5*z1, llm_1 gets z1 - 0.5*z0."""
     game = batched_game(
-        custom_task(QUERIES, word_count), batch_size=4, lam=-0.5, reward_norm=True,
-        max_new_tokens=4, tokenizer=tiny_tokenizer,
-    )  # fmt: skip
+        custom_task(QUERIES, word_count),
+        batch_size=4,
+        lam=-0.5,
+        reward_norm=True,
+        max_new_tokens=4,
+        tokenizer=tiny_tokenizer,
+    )
     game.reset(seed=0)
     play(game, {"llm_0": [0, 1, 2, 3], "llm_1": [2, 2, 0, 0]})
     z0 = np.array([-3, -1, 1, 3]) / math.sqrt(5)

@@ -15,13 +15,47 @@ import pytest
 from bench import gpu_check
 
 ROOT = Path(__file__).resolve().parents[1]
-TOP = {"check", "dry_run", "started", "code", "budget_s", "elapsed_s", "device", "setup",
-       "tests", "models", "training", "trl", "skipped_for_time", "problems"}  # fmt: skip
-RUN = {"name", "algorithm", "model", "precision", "status", "batch_size", "attempts",
-       "s_per_iteration", "rollout_s", "act_s", "learn_s", "generation_share", "act_tok_s",
-       "rollout_tok_s", "peak_cuda_mb", "peak_rss_mb", "seconds"}  # fmt: skip
-TRAININGS = {f"train-{a}-{m}-{p}" for a in ("cory", "ppo") for m in ("smollm2", "gpt2-large")
-             for p in ("fp32", "bf16")}  # fmt: skip
+TOP = {
+    "check",
+    "dry_run",
+    "started",
+    "code",
+    "budget_s",
+    "elapsed_s",
+    "device",
+    "setup",
+    "tests",
+    "models",
+    "training",
+    "trl",
+    "skipped_for_time",
+    "problems",
+}
+RUN = {
+    "name",
+    "algorithm",
+    "model",
+    "precision",
+    "status",
+    "batch_size",
+    "attempts",
+    "s_per_iteration",
+    "rollout_s",
+    "act_s",
+    "learn_s",
+    "generation_share",
+    "act_tok_s",
+    "rollout_tok_s",
+    "peak_cuda_mb",
+    "peak_rss_mb",
+    "seconds",
+}
+TRAININGS = {
+    f"train-{a}-{m}-{p}"
+    for a in ("cory", "ppo")
+    for m in ("smollm2", "gpt2-large")
+    for p in ("fp32", "bf16")
+}
 
 
 def check(tmp_path: Path, *flags: str) -> dict:
@@ -73,8 +107,9 @@ def test_the_tests_it_runs_are_those_that_name_cuda(tmp_path):
         "class TestThings:\n    def test_device(self):\n        x = 'cuda'\n"
     )
     (tmp_path / "test_b.py").write_text("def test_nothing():\n    pass\n")
-    (tmp_path / "test_c.py").write_text("import pytest\npytestmark = pytest.mark.cuda\n\n"
-                                        "def test_any():\n    pass\n")  # fmt: skip
+    (tmp_path / "test_c.py").write_text(
+        "import pytest\npytestmark = pytest.mark.cuda\n\ndef test_any():\n    pass\n"
+    )
     assert gpu_check.cuda_tests(tmp_path) == [
         "tests/test_a.py::test_on_gpu",
         "tests/test_a.py::TestThings::test_device",

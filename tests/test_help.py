@@ -36,9 +36,10 @@ def flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
     return {
         action.option_strings[0]: action
         for action in parser._actions
-        if action.option_strings and action.help is not argparse.SUPPRESS
+        if action.option_strings
+        and action.help is not argparse.SUPPRESS
         and action.option_strings[0] not in ("-h", "--help")
-    }  # fmt: skip
+    }
 
 
 @pytest.fixture(scope="module", params=COMMANDS)
@@ -75,8 +76,7 @@ def test_every_flag_has_help_with_its_default(command):
 
 def test_every_setting_is_documented():
     """One source: each field of the config, the game and the learners has a docstring."""
-    owners = {"TrainConfig": TrainConfig, "GameSettings": GameSettings,
-              **project_learner_configs()}  # fmt: skip
+    owners = {"TrainConfig": TrainConfig, "GameSettings": GameSettings, **project_learner_configs()}
     for owner, cls in owners.items():
         docs = field_docs(cls)
         missing = [f.name for f in dataclasses.fields(cls) if not docs.get(f.name)]
@@ -96,8 +96,10 @@ def test_a_fields_docstring_is_its_flags_help(command):
         assert shown[f"--{name}"].help.startswith(first_sentence(doc)), name
     for config in project_learner_configs().values():
         for f in dataclasses.fields(config):
-            candidates = {first_sentence(field_docs(c).get(f.name, ""))
-                          for c in project_learner_configs().values()}  # fmt: skip
+            candidates = {
+                first_sentence(field_docs(c).get(f.name, ""))
+                for c in project_learner_configs().values()
+            }
             assert any(shown[f"--{f.name}"].help.startswith(c) for c in candidates if c)
     # the docstring's words, as written under the field
     assert shown["--batch_size"].help.startswith("Games played per iteration, in each process")

@@ -47,8 +47,15 @@ def save_reward_model(path: Path, num_labels: int = 1) -> Path:
 
     tokenizer = make_tiny_tokenizer()
     torch.manual_seed(0)
-    config = GPT2Config(vocab_size=len(tokenizer), n_embd=16, n_layer=1, n_head=2,
-                        n_positions=256, num_labels=num_labels, pad_token_id=0)  # fmt: skip
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_embd=16,
+        n_layer=1,
+        n_head=2,
+        n_positions=256,
+        num_labels=num_labels,
+        pad_token_id=0,
+    )
     GPT2ForSequenceClassification(config).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
@@ -79,8 +86,9 @@ def test_the_observer_sees_the_pioneer_reply_as_a_draft():
 
 
 def test_the_task_reads_an_hh_file_and_scores_with_the_reward_model(hh_file, reward_dir):
-    task = make_task("hh", dataset=str(hh_file), reward=str(reward_dir), reward_input="text",
-                     n_queries=5)  # fmt: skip
+    task = make_task(
+        "hh", dataset=str(hh_file), reward=str(reward_dir), reward_input="text", n_queries=5
+    )
     assert len(task.queries) == 5 and all(q.text.endswith(ASSISTANT) for q in task.queries)
     scores = task.score(task.queries[:3], [" it is fun", " no", " great"])
     assert len(scores) == 3 and len(set(scores)) == 3  # a real model: the replies differ
@@ -113,8 +121,12 @@ def test_offline_a_missing_dataset_or_reward_model_is_one_line_naming_the_downlo
 
 def test_bad_hh_data_and_models_are_refused_by_name(tmp_path, hh_file):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text(json.dumps({"chosen": "\n\nHuman: hi\n\nAssistant: yo"}) + "\n"
-                   + json.dumps({"question": "no"}) + "\n")  # fmt: skip
+    bad.write_text(
+        json.dumps({"chosen": "\n\nHuman: hi\n\nAssistant: yo"})
+        + "\n"
+        + json.dumps({"question": "no"})
+        + "\n"
+    )
     with pytest.raises(checks.DataError, match="line 2 needs a 'chosen'"):
         make_task("hh", dataset=str(bad), reward="vader")
     no_turn = tmp_path / "no_turn.jsonl"
@@ -124,8 +136,11 @@ def test_bad_hh_data_and_models_are_refused_by_name(tmp_path, hh_file):
     with pytest.raises(checks.DataError, match="raise max_prompt_chars"):
         make_task("hh", dataset=str(hh_file), reward="vader", max_prompt_chars=10)
     with pytest.raises(checks.RewardError, match="2 outputs"):
-        make_task("hh", dataset=str(hh_file),
-                  reward=str(save_reward_model(tmp_path / "two", num_labels=2)))  # fmt: skip
+        make_task(
+            "hh",
+            dataset=str(hh_file),
+            reward=str(save_reward_model(tmp_path / "two", num_labels=2)),
+        )
     with pytest.raises(checks.SettingError, match="no packaged data"):
         make_task("hh", dataset=None, reward="vader")
 
@@ -134,13 +149,38 @@ def test_hh_trains_from_the_command_line(hh_file, reward_dir, tiny_model_dir, tm
     settings = f"{{dataset: {hh_file}, reward: {reward_dir}, reward_input: text}}"
     run = tmp_path / "run"
     out = subprocess.run(
-        [sys.executable, str(ROOT / "train/cory.py"), "--preset", "smoke", "--task", "hh",
-         "--task_settings", settings, "--model", tiny_model_dir, "--device", "cpu",
-         "--batch_size", "4", "--mini_batch_size", "2", "--iterations", "2",
-         "--report_to", "none", "--run_dir", str(run), "--context_length", "64",
-         "--max_new_tokens", "[2, 4]"],
-        capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            str(ROOT / "train/cory.py"),
+            "--preset",
+            "smoke",
+            "--task",
+            "hh",
+            "--task_settings",
+            settings,
+            "--model",
+            tiny_model_dir,
+            "--device",
+            "cpu",
+            "--batch_size",
+            "4",
+            "--mini_batch_size",
+            "2",
+            "--iterations",
+            "2",
+            "--report_to",
+            "none",
+            "--run_dir",
+            str(run),
+            "--context_length",
+            "64",
+            "--max_new_tokens",
+            "[2, 4]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [0, 1]

@@ -33,8 +33,14 @@ def test_the_project_imports_beside_packages_named_agents_and_train(tmp_path):
         (others / name / "__init__.py").write_text('OWNER = "someone else"\n')
     env = {**os.environ, "PYTHONPATH": str(others)}
     code = f"ROOT = {str(ROOT)!r}\n{CHECK}"
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "both"
 
@@ -43,6 +49,12 @@ def test_the_installed_project_has_no_top_level_agents_or_train(tmp_path):
     """Away from the checkout (whose folders would be on the path), neither name exists."""
     code = "import importlib.util as u; print(u.find_spec('agents'), u.find_spec('train'))"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.stdout.strip() == "None None", done.stdout + done.stderr

@@ -227,8 +227,11 @@ def named_imports(files: list[Path]) -> list[str]:
 def test_the_project_is_imported_by_its_installed_names_only():
     """Every import of the project names ``cory_env``, ``cory_rl.agents`` or
     ``cory_rl.train``, absolutely. Tests, benchmarks and examples included."""
-    files = [p for folder in (*PACKAGES, "tests", "bench", "examples")
-             for p in sorted((ROOT / folder).rglob("*.py"))]  # fmt: skip
+    files = [
+        p
+        for folder in (*PACKAGES, "tests", "bench", "examples")
+        for p in sorted((ROOT / folder).rglob("*.py"))
+    ]
     bare = named_imports(files)
     assert not bare, "\n".join(bare)
 

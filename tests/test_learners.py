@@ -52,9 +52,11 @@ def test_readme_learner_learns_a_reward(tiny_tokenizer):
     module = readme_learner()
     great = tiny_tokenizer.convert_tokens_to_ids("great")
     task = cory_env.custom_task(
-        ["the movie was"], lambda q, r: [x.split().count("great") / 4 for x in r],
-        max_new_tokens=4, context_length=16,
-    )  # fmt: skip
+        ["the movie was"],
+        lambda q, r: [x.split().count("great") / 4 for x in r],
+        max_new_tokens=4,
+        context_length=16,
+    )
     game = cory_env.batched_game(task, batch_size=32, n_agents=1, tokenizer=tiny_tokenizer)
     seat = Seat("llm_0", 0, 1, None, tiny_tokenizer, len(tiny_tokenizer), 0, "", None, None, 0)
     learner = module.UnigramLearner(seat, learning_rate=2.0)
@@ -165,14 +167,22 @@ def test_three_agent_chain_trains_and_rotates_roles(tiny_model_dir, tmp_path):
 
 def test_game_variants_reach_the_game(tiny_model_dir, tmp_path):
     config = tiny_config(
-        tiny_model_dir, tmp_path, sees="none", lam=-0.5, reward_norm=True,
-        role_exchange_period=10**9, group_size=2,
-    )  # fmt: skip
+        tiny_model_dir,
+        tmp_path,
+        sees="none",
+        lam=-0.5,
+        reward_norm=True,
+        role_exchange_period=10**9,
+        group_size=2,
+    )
     game, learners = build_game_and_learners(config)
     settings = game.settings
     assert (settings.sees, settings.lam, settings.reward_norm, game.group_size) == (
-        "none", -0.5, True, 2,
-    )  # fmt: skip
+        "none",
+        -0.5,
+        True,
+        2,
+    )
     assert settings.role_exchange_period == 10**9
 
 

@@ -38,14 +38,21 @@ def trl_loss(inputs: dict, logps: torch.Tensor, **settings) -> torch.Tensor:
         num_processes=1, gather=lambda x: x, reduce=lambda x, reduction: x
     )
     trainer.__dict__.update(
-        model=types.SimpleNamespace(training=True), accelerator=accelerator,
-        args=types.SimpleNamespace(use_bias_correction_kl=False, delta=None,
-                                   steps_per_generation=1),
-        top_entropy_quantile=1.0, off_policy_mask_threshold=None, use_vllm=False,
-        aux_loss_enabled=False, _entropy_bonus_enabled=False, current_gradient_accumulation_steps=1,
-        max_completion_length=T, _metrics=collections.defaultdict(metrics),
+        model=types.SimpleNamespace(training=True),
+        accelerator=accelerator,
+        args=types.SimpleNamespace(
+            use_bias_correction_kl=False, delta=None, steps_per_generation=1
+        ),
+        top_entropy_quantile=1.0,
+        off_policy_mask_threshold=None,
+        use_vllm=False,
+        aux_loss_enabled=False,
+        _entropy_bonus_enabled=False,
+        current_gradient_accumulation_steps=1,
+        max_completion_length=T,
+        _metrics=collections.defaultdict(metrics),
         **settings,
-    )  # fmt: skip
+    )
     trainer._get_per_token_logps_and_entropies = lambda *a, **k: (
         logps,
         torch.zeros_like(logps),
@@ -78,10 +85,21 @@ def batch(seed: int = 0, B: int = 6, T: int = 5):
 def test_the_variants_are_trls_loss_and_gradient(loss_type, level, beta):
     logps, old, ref, adv, mask = batch()
     eps_low, eps_high = 0.2, 0.28
-    inputs = {"completion_mask": mask, "advantages": adv, "old_per_token_logps": old,
-              "ref_per_token_logps": ref}  # fmt: skip
-    theirs = trl_loss(inputs, logps, loss_type=loss_type, importance_sampling_level=level,
-                      beta=beta, epsilon_low=eps_low, epsilon_high=eps_high)  # fmt: skip
+    inputs = {
+        "completion_mask": mask,
+        "advantages": adv,
+        "old_per_token_logps": old,
+        "ref_per_token_logps": ref,
+    }
+    theirs = trl_loss(
+        inputs,
+        logps,
+        loss_type=loss_type,
+        importance_sampling_level=level,
+        beta=beta,
+        epsilon_low=eps_low,
+        epsilon_high=eps_high,
+    )
     (their_grad,) = torch.autograd.grad(theirs, logps)
 
     log_w = pg.importance_log_weights(logps, old, mask, level)
@@ -138,10 +156,12 @@ def test_truncated_rows_are_those_without_eos():
 
 
 def test_the_settings_are_checked():
-    for bad, match in [({"loss_type": "token_mean"}, "loss_type"),
-                       ({"importance_sampling_level": "answer"}, "importance_sampling_level"),
-                       ({"epsilon_high": -0.1}, "epsilon_high"),
-                       ({"mask_truncated_completions": "yes"}, "mask_truncated")]:  # fmt: skip
+    for bad, match in [
+        ({"loss_type": "token_mean"}, "loss_type"),
+        ({"importance_sampling_level": "answer"}, "importance_sampling_level"),
+        ({"epsilon_high": -0.1}, "epsilon_high"),
+        ({"mask_truncated_completions": "yes"}, "mask_truncated"),
+    ]:
         with pytest.raises(SettingError, match=match):
             GRPOConfig(**bad).validate()
     assert GRPOConfig(clip_range=0.2).clip_high == 0.2
@@ -155,8 +175,15 @@ def grpo(tiny_tokenizer, tiny_lm, **settings):
     cfg = GRPOConfig(**{"mini_batch_size": 4, "ppo_epochs": 1, **FIXED, **settings})
     [policy], reference = build_policies(tiny_lm, 1)
     eos = tiny_tokenizer.eos_token_id
-    agent = GRPOAgent(policy, reference, cfg, tiny_tokenizer.pad_token_id, group_size=2,
-                      eos_token_id=eos, max_new_tokens=3)  # fmt: skip
+    agent = GRPOAgent(
+        policy,
+        reference,
+        cfg,
+        tiny_tokenizer.pad_token_id,
+        group_size=2,
+        eos_token_id=eos,
+        max_new_tokens=3,
+    )
     agent.optimisation.steps_in_backward = lambda settings: False  # every gradient kept
     return agent
 
@@ -167,8 +194,9 @@ def shared_rollout(agent, tokenizer):
     tokens = ro.tokens.clone()
     tokens[1, 0] = tokens[2, 1] = tokenizer.eos_token_id  # rows 1 and 2 end with EOS
     tokens[0, 2] = tokens[3, 2] = (tokenizer.eos_token_id + 1) % len(tokenizer)  # 0, 3 cut
-    ro = dataclasses.replace(ro, tokens=tokens, mask=mask,
-                             rewards=torch.tensor([1.0, 0.0, 0.5, 0.2]))  # fmt: skip
+    ro = dataclasses.replace(
+        ro, tokens=tokens, mask=mask, rewards=torch.tensor([1.0, 0.0, 0.5, 0.2])
+    )
     logprobs = token_logprobs(agent, ro)  # of the tokens put in: the update starts on-policy
     return dataclasses.replace(ro, logprobs=logprobs, sample_logprobs=logprobs)
 
@@ -187,16 +215,23 @@ def gradients(agent, ro):
 @pytest.mark.parametrize(
     "settings",
     [{"loss_type": t} for t in ("grpo", "dr_grpo", "dapo")]
-    + [{"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon_high": 0.28},
-       {"mask_truncated_completions": True}],
-)  # fmt: skip
+    + [
+        {"importance_sampling_level": "sequence", "loss_type": "grpo", "epsilon_high": 0.28},
+        {"mask_truncated_completions": True},
+    ],
+)
 def test_every_split_of_a_mini_batch_gives_its_gradient(tiny_tokenizer, tiny_lm, settings):
     """Micro-batches and forward chunks add up to the mini-batch's gradient for every
     reduction that is a mean over answers (bnpo, TRL's, is per micro-batch: see below)."""
     ro, reference = None, None
     for steps, rows in ((1, 16), (2, 16), (1, 1), (4, 1)):
-        agent = grpo(tiny_tokenizer, tiny_lm, gradient_accumulation_steps=steps,
-                     forward_batch_size=rows, **settings)  # fmt: skip
+        agent = grpo(
+            tiny_tokenizer,
+            tiny_lm,
+            gradient_accumulation_steps=steps,
+            forward_batch_size=rows,
+            **settings,
+        )
         ro = ro or shared_rollout(agent, tiny_tokenizer)
         grads, _ = gradients(agent, ro)
         if reference is None:
@@ -262,17 +297,40 @@ def test_the_variants_are_flags_of_a_run(tiny_model_dir, tmp_path):
 
     config, _ = parse_args(
         [
-            "--preset", "smoke", "--model", tiny_model_dir, "--run_dir", str(tmp_path / "r"),
-            "--device", "cpu", "--batch_size", "4", "--mini_batch_size", "2",
-            "--iterations", "1", "--max_new_tokens", "[2, 5]", "--group_size", "2",
-            "--loss_type", "dr_grpo", "--importance_sampling_level", "sequence",
-            "--epsilon_high", "0.28", "--mask_truncated_completions", "true",
+            "--preset",
+            "smoke",
+            "--model",
+            tiny_model_dir,
+            "--run_dir",
+            str(tmp_path / "r"),
+            "--device",
+            "cpu",
+            "--batch_size",
+            "4",
+            "--mini_batch_size",
+            "2",
+            "--iterations",
+            "1",
+            "--max_new_tokens",
+            "[2, 5]",
+            "--group_size",
+            "2",
+            "--loss_type",
+            "dr_grpo",
+            "--importance_sampling_level",
+            "sequence",
+            "--epsilon_high",
+            "0.28",
+            "--mask_truncated_completions",
+            "true",
         ],
         "grpo",
-    )  # fmt: skip
+    )
     seat = config.seat_learners()["llm_0"][1]
     assert (seat.loss_type, seat.importance_sampling_level, seat.epsilon_high) == (
-        "dr_grpo", "sequence", 0.28,
-    )  # fmt: skip
+        "dr_grpo",
+        "sequence",
+        0.28,
+    )
     [row] = read_jsonl(run_training(config).path / "metrics.jsonl")
     assert math.isfinite(row["llm_0/grpo/loss"]) and 0 <= row["llm_0/grpo/frac_truncated"] <= 1

@@ -42,11 +42,16 @@ def test_paper_gsm8k_trains_and_evaluates_on_a_tiny_model(tiny_model_dir, tmp_pa
     from cory_rl.train.training.run import run_training
 
     overrides = {
-        "model": tiny_model_dir, "load_in_4bit": False, "device": "cpu", "iterations": 1,
+        "model": tiny_model_dir,
+        "load_in_4bit": False,
+        "device": "cpu",
+        "iterations": 1,
         "task_settings": {"split": "train"},  # the packaged fixture: no hub here
-        "max_new_tokens": 3, "context_length": 48, "run_dir": str(tmp_path / "run"),
+        "max_new_tokens": 3,
+        "context_length": 48,
+        "run_dir": str(tmp_path / "run"),
         "learner": {"ppo_epochs": 1},  # short: still 16 micro-batches of 2 per optimiser step
-    }  # fmt: skip
+    }
     config = build_config("paper-gsm8k", overrides=overrides, algorithm="cory")
     with pytest.warns(UserWarning, match="does not fit context_length"):
         run_training(config)

@@ -55,8 +55,11 @@ def test_bad_input_is_one_line(cory_run, capsys):
             play.main(argv.split())
         err = capsys.readouterr().err.strip().splitlines()
         assert message in err[0] and len(err) <= 2, err  # the error and where help is
-    for argv, message in ((["--query", "   "], "--query: empty"), (["--query", ""], "empty"),
-                          (["--query", "a", "--max_new_tokens", "0"], "at least 1")):  # fmt: skip
+    for argv, message in (
+        (["--query", "   "], "--query: empty"),
+        (["--query", ""], "empty"),
+        (["--query", "a", "--max_new_tokens", "0"], "at least 1"),
+    ):
         with pytest.raises(SystemExit):
             play.main([str(cory_run), *argv])
         err = capsys.readouterr().err.strip().splitlines()

@@ -327,10 +327,14 @@ def test_a_tied_embedding_gets_the_dense_gradient_from_sparse_rows(tiny_tokenize
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(tiny_tokenizer), hidden_size=32, intermediate_size=64,
-        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=len(tiny_tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
         tie_word_embeddings=True,
-    )  # fmt: skip
+    )
     lm = LlamaForCausalLM(config).eval()
     policy = PolicyWithValue(copy.deepcopy(lm))
     assert policy.lm.get_input_embeddings().sparse
@@ -493,11 +497,19 @@ def test_critic_free_learners_step_inside_the_backward_too(tiny_tokenizer, name)
     from cory_rl.agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
     from cory_rl.agents.reinforce import ReinforceAgent, ReinforceConfig
 
-    cls, config = {"reinforce": (ReinforceAgent, ReinforceConfig), "rloo": (RLOOAgent, RLOOConfig),
-                   "grpo": (GRPOAgent, GRPOConfig)}[name]  # fmt: skip
+    cls, config = {
+        "reinforce": (ReinforceAgent, ReinforceConfig),
+        "rloo": (RLOOAgent, RLOOConfig),
+        "grpo": (GRPOAgent, GRPOConfig),
+    }[name]
     extra = {} if cls is ReinforceAgent else {"group_size": 2}
-    game = cory_env.batched_game(target_task(tiny_tokenizer), batch_size=8, n_agents=1,
-                                 tokenizer=tiny_tokenizer, group_size=2)  # fmt: skip
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer),
+        batch_size=8,
+        n_agents=1,
+        tokenizer=tiny_tokenizer,
+        group_size=2,
+    )
     params_after = []
     for clip in (None, 1e9):
         cfg = config(mini_batch_size=4, learning_rate=1e-2, max_grad_norm=clip)

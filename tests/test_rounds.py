@@ -59,8 +59,14 @@ def test_pettingzoo_api_seed_and_state_for_every_task_agents_and_rounds(
     task, n_agents, rounds, real_tok
 ):
     def make():
-        return text_game(task, n_agents=n_agents, rounds=rounds, max_new_tokens=BUDGET,
-                         context_length=TASKS_CONTEXT[task], tokenizer=real_tok)  # fmt: skip
+        return text_game(
+            task,
+            n_agents=n_agents,
+            rounds=rounds,
+            max_new_tokens=BUDGET,
+            context_length=TASKS_CONTEXT[task],
+            tokenizer=real_tok,
+        )
 
     with warnings.catch_warnings():
         warnings.filterwarnings("error", message=".*does not fit context_length")
@@ -72,8 +78,15 @@ def test_pettingzoo_api_seed_and_state_for_every_task_agents_and_rounds(
 
 
 def test_a_pay_every_round_game_passes_the_api_test(real_tok):
-    env = text_game("arith", n_agents=2, rounds=3, pay_every_round=True, max_new_tokens=BUDGET,
-                    context_length=256, tokenizer=real_tok)  # fmt: skip
+    env = text_game(
+        "arith",
+        n_agents=2,
+        rounds=3,
+        pay_every_round=True,
+        max_new_tokens=BUDGET,
+        context_length=256,
+        tokenizer=real_tok,
+    )
     api_test(env, num_cycles=30)
 
 
@@ -81,9 +94,15 @@ def test_later_rounds_see_the_others_latest_answers_and_their_own(tiny_tokenizer
     """Two agents, three rounds, ``sees: previous``: the pioneer revises after reading the
     observer; each later prompt shows the answer just before it and its own last one."""
     game = batched_game(
-        words_task(), batch_size=1, n_agents=2, rounds=3, max_new_tokens=2, context_length=64,
-        tokenizer=tiny_tokenizer, role_exchange_period=100,
-    )  # fmt: skip
+        words_task(),
+        batch_size=1,
+        n_agents=2,
+        rounds=3,
+        max_new_tokens=2,
+        context_length=64,
+        tokenizer=tiny_tokenizer,
+        role_exchange_period=100,
+    )
     words = ["great", "good", "bad", "fun", "boring", "plot"]
     vocab = tiny_tokenizer.get_vocab()
     game.reset(seed=0)
@@ -116,9 +135,17 @@ def test_later_rounds_see_the_others_latest_answers_and_their_own(tiny_tokenizer
 def test_rewards_per_turn_paid_every_round_or_only_the_last(tiny_tokenizer, pay_every_round):
     """Words counted: every answer of round k has k + 1 words. Paid every round, agent i
     gets r_self + lam * r_other per round; else only the last round pays."""
-    game = batched_game(words_task(), batch_size=2, n_agents=2, rounds=3, lam=0.5,
-                        pay_every_round=pay_every_round, max_new_tokens=3,
-                        context_length=64, tokenizer=tiny_tokenizer)  # fmt: skip
+    game = batched_game(
+        words_task(),
+        batch_size=2,
+        n_agents=2,
+        rounds=3,
+        lam=0.5,
+        pay_every_round=pay_every_round,
+        max_new_tokens=3,
+        context_length=64,
+        tokenizer=tiny_tokenizer,
+    )
     game.reset(seed=0)
     eos, word = tiny_tokenizer.eos_token_id, tiny_tokenizer.convert_tokens_to_ids("fun")
     while not game.done:
@@ -136,8 +163,16 @@ def test_rewards_per_turn_paid_every_round_or_only_the_last(tiny_tokenizer, pay_
 
 
 def test_the_aec_env_pays_each_round_through_last_and_infos(tiny_tokenizer):
-    env = text_game(words_task(), n_agents=2, rounds=2, lam=1.0, pay_every_round=True,
-                    max_new_tokens=2, context_length=64, tokenizer=tiny_tokenizer)  # fmt: skip
+    env = text_game(
+        words_task(),
+        n_agents=2,
+        rounds=2,
+        lam=1.0,
+        pay_every_round=True,
+        max_new_tokens=2,
+        context_length=64,
+        tokenizer=tiny_tokenizer,
+    )
     env.reset(seed=0)
     word = tiny_tokenizer.convert_tokens_to_ids("fun")
     totals = {a: 0.0 for a in env.possible_agents}
@@ -152,8 +187,15 @@ def test_the_aec_env_pays_each_round_through_last_and_infos(tiny_tokenizer):
 
 
 def test_the_global_state_holds_the_query_and_every_answer(tiny_tokenizer):
-    game = batched_game(words_task(), batch_size=2, n_agents=2, rounds=2, max_new_tokens=2,
-                        context_length=32, tokenizer=tiny_tokenizer)  # fmt: skip
+    game = batched_game(
+        words_task(),
+        batch_size=2,
+        n_agents=2,
+        rounds=2,
+        max_new_tokens=2,
+        context_length=32,
+        tokenizer=tiny_tokenizer,
+    )
     game.reset(seed=1)
     space = game.state_space()
     state = game.state()
@@ -168,17 +210,27 @@ def test_the_global_state_holds_the_query_and_every_answer(tiny_tokenizer):
     text = game.state_text()[0]
     assert text["query"] == game.queries[0].text
     assert [(t["round"], t["agent"], t["text"]) for t in text["turns"]] == [
-        (0, "llm_0", "fun fun"), (0, "llm_1", "fun fun"),
-        (1, "llm_0", "fun fun"), (1, "llm_1", "fun fun"),
-    ]  # fmt: skip
+        (0, "llm_0", "fun fun"),
+        (0, "llm_1", "fun fun"),
+        (1, "llm_0", "fun fun"),
+        (1, "llm_1", "fun fun"),
+    ]
 
 
 def test_one_round_is_today_s_game(tiny_tokenizer):
     """rounds: 1 plays, observes and pays what the game always did."""
 
     def run(**extra):
-        game = batched_game(words_task(), batch_size=3, n_agents=3, lam=0.5, max_new_tokens=3,
-                            context_length=64, tokenizer=tiny_tokenizer, **extra)  # fmt: skip
+        game = batched_game(
+            words_task(),
+            batch_size=3,
+            n_agents=3,
+            lam=0.5,
+            max_new_tokens=3,
+            context_length=64,
+            tokenizer=tiny_tokenizer,
+            **extra,
+        )
         game.reset(seed=3)
         seen = []
         while not game.done:

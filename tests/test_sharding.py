@@ -37,8 +37,17 @@ def free_port() -> int:
 
 
 def launch_command(script: Path, *args: str, config: Path = FSDP2) -> list[str]:
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config),
-            "--main_process_port", str(free_port()), str(script), *args]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(config),
+        "--main_process_port",
+        str(free_port()),
+        str(script),
+        *args,
+    ]
 
 
 def environment() -> dict[str, str]:
@@ -46,14 +55,16 @@ def environment() -> dict[str, str]:
 
 
 def run(command: list[str], timeout: int = 600) -> None:
-    done = subprocess.run(command, env=environment(), cwd=ROOT, capture_output=True, text=True,
-                          timeout=timeout)  # fmt: skip
+    done = subprocess.run(
+        command, env=environment(), cwd=ROOT, capture_output=True, text=True, timeout=timeout
+    )
     assert done.returncode == 0, done.stderr[-4000:]
 
 
 def train_command(config_file: Path, *flags: str, config: Path = FSDP2) -> list[str]:
-    return launch_command(ROOT / "train" / "cory.py", "--config", str(config_file), *flags,
-                          config=config)  # fmt: skip
+    return launch_command(
+        ROOT / "train" / "cory.py", "--config", str(config_file), *flags, config=config
+    )
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
@@ -61,14 +72,22 @@ def test_a_sharded_update_equals_the_one_process_update(tiny_model_dir, tmp_path
     # CORY: two seats, each its own policy (full) or adapter on one shared base (LoRA).
     # Score scaling off: its running std over both processes' (identical) batches counts
     # twice the answers, a data-parallel difference, not a sharding one.
-    learner = {"max_grad_norm": 0.5, "mini_batch_size": 4, "gradient_accumulation_steps": 2,
-               "score_scaling": False}  # fmt: skip
-    config = tiny_config(tiny_model_dir, tmp_path / "run", batch_size=4, lora=lora, lora_r=4,
-                         learner=learner)  # fmt: skip
+    learner = {
+        "max_grad_norm": 0.5,
+        "mini_batch_size": 4,
+        "gradient_accumulation_steps": 2,
+        "score_scaling": False,
+    }
+    config = tiny_config(
+        tiny_model_dir, tmp_path / "run", batch_size=4, lora=lora, lora_r=4, learner=learner
+    )
     config_file = tmp_path / "config.yaml"
     config.save(config_file)
-    run(launch_command(ROOT / "tests" / "sharding_worker.py", str(config_file),
-                       str(tmp_path / "fsdp2")))  # fmt: skip
+    run(
+        launch_command(
+            ROOT / "tests" / "sharding_worker.py", str(config_file), str(tmp_path / "fsdp2")
+        )
+    )
     seeded_update(str(config_file), tmp_path / "one")
     sharded = json.loads((tmp_path / "fsdp2" / "stats.json").read_text())
     one = json.loads((tmp_path / "one" / "stats.json").read_text())
@@ -108,8 +127,9 @@ def processes_of(marker: str) -> dict[int, dict[str, str]]:
         try:
             if marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
                 entries = (proc / "environ").read_bytes().split(b"\0")
-                found[int(proc.name)] = dict(e.decode(errors="replace").partition("=")[::2]
-                                             for e in entries if b"=" in e)  # fmt: skip
+                found[int(proc.name)] = dict(
+                    e.decode(errors="replace").partition("=")[::2] for e in entries if b"=" in e
+                )
         except OSError:  # it ended while we looked
             continue
     return found
@@ -132,17 +152,23 @@ def test_a_run_killed_while_it_writes_a_checkpoint_resumes_as_if_never_stopped(
     model be too quick to see, between two of them), then resumed: no process of the
     killed run lives on, and the resumed run logs what a run straight through logs."""
     launch_config, victim = KILLS[kill]
-    config = tiny_config(tiny_model_dir, tmp_path / "straight", iterations=8, checkpoint_every=1,
-                         report_to=["none"])  # fmt: skip
+    config = tiny_config(
+        tiny_model_dir, tmp_path / "straight", iterations=8, checkpoint_every=1, report_to=["none"]
+    )
     straight = tmp_path / "straight.yaml"
     config.save(straight)
     run(train_command(straight, config=launch_config))
     config.run_dir = str(tmp_path / "killed")
     killed = tmp_path / "killed.yaml"
     config.save(killed)
-    process = subprocess.Popen(train_command(killed, config=launch_config), env=environment(),
-                               cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)  # fmt: skip
+    process = subprocess.Popen(
+        train_command(killed, config=launch_config),
+        env=environment(),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     run_dir = tmp_path / "killed"
     marker, writing = run_dir / "checkpoint" / "state.json", run_dir / "checkpoint.tmp"
     deadline = time.monotonic() + 600
@@ -195,16 +221,32 @@ def test_a_second_run_on_a_folder_that_a_live_run_writes_is_refused(tiny_model_d
     from cory_rl.train.core.run_folder import RunLock
 
     (tmp_path / "run").mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from cory_rl.train.core.run_folder import RunLock; "
-        f"lock = RunLock({str(tmp_path / 'run')!r}); print('held', flush=True); time.sleep(60)")],
-        env=environment(), cwd=ROOT, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, time; from cory_rl.train.core.run_folder import RunLock; "
+                f"lock = RunLock({str(tmp_path / 'run')!r}); "
+                "print('held', flush=True); time.sleep(60)"
+            ),
+        ],
+        env=environment(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "held"
         config.save(tmp_path / "config.yaml")
-        done = subprocess.run([sys.executable, "train/cory.py", "--config",
-                               str(tmp_path / "config.yaml")], env=environment(), cwd=ROOT,
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "train/cory.py", "--config", str(tmp_path / "config.yaml")],
+            env=environment(),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert done.returncode == 1
         assert done.stderr.strip().splitlines() == [done.stderr.strip()]  # one line
         assert "is being written by a run that is still going" in done.stderr
@@ -222,9 +264,17 @@ def test_lora_cory_and_a_critic_free_learner_train_under_fsdp2(
     tiny_model_dir, tmp_path, algorithm, lora
 ):
     overrides = {"lora": True, "lora_r": 4} if lora else {"group_size": 2}
-    config = tiny_config(tiny_model_dir, tmp_path / "run", algorithm=algorithm, iterations=2,
-                         eval_every=1, eval_queries=4, eval_samples=1, report_to=["none"],
-                         **overrides)  # fmt: skip
+    config = tiny_config(
+        tiny_model_dir,
+        tmp_path / "run",
+        algorithm=algorithm,
+        iterations=2,
+        eval_every=1,
+        eval_queries=4,
+        eval_samples=1,
+        report_to=["none"],
+        **overrides,
+    )
     config_file = tmp_path / "config.yaml"
     config.save(config_file)
     run(train_command(config_file))
@@ -279,7 +329,7 @@ def test_two_nodes_on_one_address_train_as_one_machine_with_two_processes(tiny_m
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
-        )  # fmt: skip
+        )
         for rank in (0, 1)
     ]
     for node in nodes:
@@ -303,9 +353,17 @@ def test_sharded_seats_send_whole_weights_to_a_vllm_server(tiny_model_dir, tmp_p
     server.vocab = 40  # its answers count up through the tiny model's vocabulary
     try:
         port = int(server.url.rsplit(":", 1)[1])
-        config = tiny_config(tiny_model_dir, tmp_path / "run", iterations=2, report_to=["none"],
-                             rollout_engine="vllm", vllm_mode="server", vllm_server_port=port,
-                             lora=lora, lora_r=4)  # fmt: skip
+        config = tiny_config(
+            tiny_model_dir,
+            tmp_path / "run",
+            iterations=2,
+            report_to=["none"],
+            rollout_engine="vllm",
+            vllm_mode="server",
+            vllm_server_port=port,
+            lora=lora,
+            lora_r=4,
+        )
         config.save(tmp_path / "config.yaml")
         run(train_command(tmp_path / "config.yaml"))
     finally:

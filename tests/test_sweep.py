@@ -14,20 +14,50 @@ from tests.conftest import read_jsonl
 
 def sweep_flags(model_dir, out):
     return [
-        "--algorithms", "ppo", "--setting", "init_kl_coef", "--values", "0.1", "0.2", "0.3",
-        "--seeds", "0", "--preset", "smoke", "--out", str(out),
+        "--algorithms",
+        "ppo",
+        "--setting",
+        "init_kl_coef",
+        "--values",
+        "0.1",
+        "0.2",
+        "0.3",
+        "--seeds",
+        "0",
+        "--preset",
+        "smoke",
+        "--out",
+        str(out),
         # training flags, passed through to every run:
-        "--model", model_dir, "--device", "cpu", "--batch_size", "4", "--mini_batch_size", "2",
-        "--iterations", "2", "--checkpoint_every", "1", "--max_new_tokens", "[2, 5]",
-        "--eval_batch_size", "2", "--eval_queries", "2",  # the final evaluation's set
-    ]  # fmt: skip
+        "--model",
+        model_dir,
+        "--device",
+        "cpu",
+        "--batch_size",
+        "4",
+        "--mini_batch_size",
+        "2",
+        "--iterations",
+        "2",
+        "--checkpoint_every",
+        "1",
+        "--max_new_tokens",
+        "[2, 5]",
+        "--eval_batch_size",
+        "2",
+        "--eval_queries",
+        "2",  # the final evaluation's set
+    ]
 
 
 def test_grid_names_and_order():
     points = sweep.make_grid(["ppo", "cory"], [0, 1], "lam", ["1", "-0.5"])
     assert [p.name for p in points[:4]] == [
-        "ppo-lam_1-seed_0", "cory-lam_1-seed_0", "ppo-lam_-0.5-seed_0", "cory-lam_-0.5-seed_0",
-    ]  # fmt: skip
+        "ppo-lam_1-seed_0",
+        "cory-lam_1-seed_0",
+        "ppo-lam_-0.5-seed_0",
+        "cory-lam_-0.5-seed_0",
+    ]
     assert len(points) == 8 and {p.seed for p in points[4:]} == {1}
     assert [p.name for p in sweep.make_grid(["ppo"], [3], None, None)] == ["ppo-seed_3"]
     with pytest.raises(ValueError, match="go together"):
@@ -84,16 +114,29 @@ def test_committed_results_count_as_done_where_the_run_folders_are_gone(
 
     out, kept = tmp_path / "sweep", tmp_path / "docs" / "study"
     hook = f"echo {{name}} >> {tmp_path / 'log'}"
-    flags = [*sweep_flags(tiny_model_dir, out), "--eval_every", "1", "--evaluate",
-             "--results", str(kept), "--on_finish", hook]  # fmt: skip
+    flags = [
+        *sweep_flags(tiny_model_dir, out),
+        "--eval_every",
+        "1",
+        "--evaluate",
+        "--results",
+        str(kept),
+        "--on_finish",
+        hook,
+    ]
     runs = sweep.main(flags)
     names = [r["name"] for r in runs]
     assert [r["status"] for r in runs] == ["new"] * 3
     assert (tmp_path / "log").read_text().split() == names  # the hook ran after each run
     for name in names:
         files = {str(p.relative_to(kept / name)) for p in (kept / name).rglob("*") if p.is_file()}
-        assert files == {"config.yaml", "metrics.jsonl.gz", "eval.json.gz", "done.json",
-                         *(f"evals/updates_00000{n}.json.gz" for n in range(3))}  # fmt: skip
+        assert files == {
+            "config.yaml",
+            "metrics.jsonl.gz",
+            "eval.json.gz",
+            "done.json",
+            *(f"evals/updates_00000{n}.json.gz" for n in range(3)),
+        }
         assert results.saved_iterations(kept / name) == 2
         compact = json.loads(results.read_text(kept / name / "eval.json"))
         assert "rows" not in compact and len(compact["answers"]["reward"]) > 0

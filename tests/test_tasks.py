@@ -250,8 +250,9 @@ def test_imdb_scores_query_plus_response() -> None:
     task = make_task("imdb", n_queries=2)
     good, bad = task.score(task.queries, [" a wonderful delight", " an awful disaster"])
     assert good > bad
-    assert isinstance(make_task("imdb", reward="classifier", n_queries=1).reward_fn,
-                      ClassifierSentimentReward)  # fmt: skip
+    assert isinstance(
+        make_task("imdb", reward="classifier", n_queries=1).reward_fn, ClassifierSentimentReward
+    )
 
 
 @pytest.mark.parametrize(
@@ -319,8 +320,9 @@ def test_imdb_keeps_reviews_longer_than_min_review_chars(tmp_path: Path, suffix)
         path.write_text("\n".join(json.dumps({"text": r}) for r in reviews) + "\n")
 
     def first_words(**settings):
-        task = make_task("imdb", dataset=str(path), min_query_tokens=1, max_query_tokens=1,
-                         **settings)  # fmt: skip
+        task = make_task(
+            "imdb", dataset=str(path), min_query_tokens=1, max_query_tokens=1, **settings
+        )
         return [q.text for q in task.queries], task.metadata["min_review_chars"]
 
     assert first_words() == (["long", "longer"], 200)  # the default: > 200 characters

@@ -29,15 +29,36 @@ def needs(package):
 
 def train_reporting_to(tracker, model_dir, run_dir, env):
     """A tiny CORY run in its own process (trackers keep process-wide state)."""
-    flags = ["--preset", "smoke", "--model", model_dir, "--run_dir", str(run_dir),
-             "--device", "cpu", "--batch_size", "4", "--mini_batch_size", "2",
-             "--iterations", "2", "--max_new_tokens", "[2, 4]", "--report_to", tracker]  # fmt: skip
+    flags = [
+        "--preset",
+        "smoke",
+        "--model",
+        model_dir,
+        "--run_dir",
+        str(run_dir),
+        "--device",
+        "cpu",
+        "--batch_size",
+        "4",
+        "--mini_batch_size",
+        "2",
+        "--iterations",
+        "2",
+        "--max_new_tokens",
+        "[2, 4]",
+        "--report_to",
+        tracker,
+    ]
     base = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     done = subprocess.run(
-        [sys.executable, str(ROOT / "train" / "cory.py"), *flags], capture_output=True,
-        text=True, timeout=600, check=False, cwd=Path(run_dir).parent,  # MLflow's ./mlruns
+        [sys.executable, str(ROOT / "train" / "cory.py"), *flags],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        cwd=Path(run_dir).parent,  # MLflow's ./mlruns
         env={**base, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **env},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -48,16 +69,18 @@ def test_report_to_is_checked_before_any_model_loads(monkeypatch):
     with pytest.raises(SettingError, match="'none' alone"):
         build_config("smoke", overrides={"report_to": ["none", "wandb"]})
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "wandb" else real(name, *a))  # fmt: skip
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
     with pytest.raises(SettingError, match="wandb is not installed; pip install wandb"):
         build_config("smoke", overrides={"report_to": "wandb"})
     assert build_config("smoke", overrides={"report_to": "none"}).report_to == ["none"]
 
 
 def test_report_to_none_writes_no_tensorboard_files(tiny_model_dir, tmp_path):
-    run = run_training(tiny_config(tiny_model_dir, tmp_path / "run", iterations=2,
-                                   report_to="none"))  # fmt: skip
+    run = run_training(
+        tiny_config(tiny_model_dir, tmp_path / "run", iterations=2, report_to="none")
+    )
     assert not (run.path / "tensorboard").exists() and (run.path / "metrics.jsonl").exists()
 
 
@@ -96,8 +119,14 @@ def test_wandb_without_an_api_key_logs_offline_and_says_so(tiny_model_dir, tmp_p
     # The offline run's transaction log holds the records `wandb sync` would upload; its
     # keys are plain strings in it.
     data = log.read_bytes()
-    for key in (b"learner/learning_rate", b"game/lam", b"llm_0/score", b"summary/iterations",
-                b"completions", b"table-file"):  # fmt: skip
+    for key in (
+        b"learner/learning_rate",
+        b"game/lam",
+        b"llm_0/score",
+        b"summary/iterations",
+        b"completions",
+        b"table-file",
+    ):
         assert key in data, key
 
 
@@ -105,10 +134,18 @@ def test_wandb_without_an_api_key_logs_offline_and_says_so(tiny_model_dir, tmp_p
 def test_trackio_local_store_gets_metrics_and_summary(tiny_model_dir, tmp_path):
     env = {"TRACKIO_DIR": str(tmp_path / "trackio")}
     train_reporting_to("trackio", tiny_model_dir, tmp_path / "run", env)
-    read = ("import json, trackio; from trackio.sqlite_storage import SQLiteStorage; "
-            "print(json.dumps(SQLiteStorage.get_logs('cory', 'run')))")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", read], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120, check=True)  # fmt: skip
+    read = (
+        "import json, trackio; from trackio.sqlite_storage import SQLiteStorage; "
+        "print(json.dumps(SQLiteStorage.get_logs('cory', 'run')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", read],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+        check=True,
+    )
     logs = json.loads(done.stdout.strip().splitlines()[-1])
     assert [r["step"] for r in logs if "llm_0/score" in r] == [0, 1]
     assert any(r.get("summary/iterations") == 2 for r in logs)
@@ -121,8 +158,9 @@ def test_completion_rows_are_one_per_game_and_role():
     observer = {"agent": "llm_1", "response": "b", "score": 1.0, "reward": 0.7}
     samples = [{"query": "q", "pioneer": pioneer, "observer": observer}]
     assert completion_rows(3, samples) == [
-        [3, "q", "pioneer", "llm_0", "a", 0.5, 0.5], [3, "q", "observer", "llm_1", "b", 1.0, 0.7],
-    ]  # fmt: skip
+        [3, "q", "pioneer", "llm_0", "a", 0.5, 0.5],
+        [3, "q", "observer", "llm_1", "b", 1.0, 0.7],
+    ]
 
 
 def test_wandb_goes_offline_only_without_a_key_or_a_mode(tmp_path, monkeypatch):

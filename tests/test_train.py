@@ -167,20 +167,35 @@ def test_callbacks_see_every_phase_in_order_and_every_row(tiny_model_dir, tmp_pa
         def on_row(self, row):
             self.rows.append(row)
 
-    config = tiny_config(tiny_model_dir, tmp_path / "run", iterations=2, checkpoint_every=1,
-                         eval_every=2, eval_queries=2, eval_samples=1)  # fmt: skip
+    config = tiny_config(
+        tiny_model_dir,
+        tmp_path / "run",
+        iterations=2,
+        checkpoint_every=1,
+        eval_every=2,
+        eval_queries=2,
+        eval_samples=1,
+    )
     game, learners = build_game_and_learners(config)
     record = Record()
-    train(config, learners, game, tmp_path / "run", callbacks=[record], plots=plot_run,
-          evaluations=lambda path: TrainingEvaluations(config, game.tokenizers, path))  # fmt: skip
+    train(
+        config,
+        learners,
+        game,
+        tmp_path / "run",
+        callbacks=[record],
+        plots=plot_run,
+        evaluations=lambda path: TrainingEvaluations(config, game.tokenizers, path),
+    )
     entered = [(name, it) for kind, name, it in record.events if kind == "enter"]
     one = ["rollout", "checkpoint", "learn", "logging"]
     assert entered == [
         ("evaluation", 0),
         *((name, 0) for name in [*one, "checkpoint"]),
         *((name, 1) for name in [*one, "evaluation", "checkpoint"]),
-        ("final checkpoint write", 2), ("plots", 2),
-    ]  # fmt: skip
+        ("final checkpoint write", 2),
+        ("plots", 2),
+    ]
     assert all(("exit", n, i) in record.events for _, n, i in record.events)
     assert [r.get("eval/updates") for r in record.rows] == [0, None, None, 2]
 
@@ -203,8 +218,14 @@ def test_restart_on_exchange_gives_fresh_optimisers_at_each_exchange(
         seen.append((before, self.shaping.kl_ctl.value, len(self.optimizer.state)))
 
     monkeypatch.setattr(LLMLearner, "restart", recording)
-    config = tiny_config(tiny_model_dir, tmp_path / "run", iterations=5, role_exchange_period=2,
-                         restart_on_exchange=restart, learner={"adaptive_kl": True})  # fmt: skip
+    config = tiny_config(
+        tiny_model_dir,
+        tmp_path / "run",
+        iterations=5,
+        role_exchange_period=2,
+        restart_on_exchange=restart,
+        learner={"adaptive_kl": True},
+    )
     run_training(config)
     if not restart:
         assert seen == []

@@ -57,8 +57,16 @@ def test_a_model_that_is_not_there_is_named_with_its_seat_before_any_load(
 ):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
-    flags = ["--model", tiny_model_dir, "--models", json.dumps(models),
-             "--run_dir", str(tmp_path / "run"), "--preset", "smoke"]  # fmt: skip
+    flags = [
+        "--model",
+        tiny_model_dir,
+        "--models",
+        json.dumps(models),
+        "--run_dir",
+        str(tmp_path / "run"),
+        "--preset",
+        "smoke",
+    ]
     with pytest.raises(SystemExit) as exit_:
         run.main("cory", flags)
     assert message in str(exit_.value) and len(str(exit_.value).splitlines()) == 1
@@ -147,8 +155,18 @@ def test_resuming_a_finished_run_with_fewer_iterations_says_there_is_nothing_to_
 
 
 def test_a_sweep_refused_for_its_settings_does_not_say_rerun(tiny_model_dir, tmp_path, capsys):
-    flags = ["--algorithms", "ppo", "--setting", "batch_size", "--values", "0",
-             "--out", str(tmp_path / "s"), "--model", tiny_model_dir]  # fmt: skip
+    flags = [
+        "--algorithms",
+        "ppo",
+        "--setting",
+        "batch_size",
+        "--values",
+        "0",
+        "--out",
+        str(tmp_path / "s"),
+        "--model",
+        tiny_model_dir,
+    ]
     with pytest.raises(SystemExit):
         sweep.main(flags)
     out = capsys.readouterr()
@@ -186,10 +204,28 @@ def make_task(n_queries: int = 3):
 def test_learners_and_tasks_from_a_module_of_one_s_own(tiny_model_dir, tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "my_learners.py").write_text(PLUGIN.format(name="mine"))
-    flags = ["--import", "my_learners", "--model", tiny_model_dir, "--preset", "smoke",
-             "--batch_size", "2", "--mini_batch_size", "2", "--iterations", "1",
-             "--learners", "{llm_0: ppo, llm_1: mine}", "--task", "mine_task",
-             "--run_dir", str(tmp_path / "run"), "--device", "cpu"]  # fmt: skip
+    flags = [
+        "--import",
+        "my_learners",
+        "--model",
+        tiny_model_dir,
+        "--preset",
+        "smoke",
+        "--batch_size",
+        "2",
+        "--mini_batch_size",
+        "2",
+        "--iterations",
+        "1",
+        "--learners",
+        "{llm_0: ppo, llm_1: mine}",
+        "--task",
+        "mine_task",
+        "--run_dir",
+        str(tmp_path / "run"),
+        "--device",
+        "cpu",
+    ]
     config, _ = parse_args(flags, "cory")
     assert config.imports == ["my_learners"] and config.task == "mine_task"
     finished = run.run_training(config)

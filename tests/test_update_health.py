@@ -19,12 +19,18 @@ from tests.test_ppo_agent import target_task
 
 def one_update(tokenizer, learning_rate, target_kl, **settings):
     """One PPO update of 4 epochs x 2 mini-batches on a fresh tiny model."""
-    cfg = PPOConfig(mini_batch_size=4, ppo_epochs=4, learning_rate=learning_rate,
-                    target_kl=target_kl, **settings)  # fmt: skip
+    cfg = PPOConfig(
+        mini_batch_size=4,
+        ppo_epochs=4,
+        learning_rate=learning_rate,
+        target_kl=target_kl,
+        **settings,
+    )
     [policy], reference = build_policies(make_tiny_lm(len(tokenizer)), 1)
     agent = PPOAgent(policy, reference, cfg, tokenizer.pad_token_id, seed=0)
-    game = cory_env.batched_game(target_task(tokenizer), batch_size=8, n_agents=1,
-                                 tokenizer=tokenizer)  # fmt: skip
+    game = cory_env.batched_game(
+        target_task(tokenizer), batch_size=8, n_agents=1, tokenizer=tokenizer
+    )
     game.reset(seed=0)
     play_batch(game, {"llm_0": agent})
     steps_before = agent.optimizer.state_dict()["state"]
@@ -65,11 +71,19 @@ def test_every_learner_reports_token_approx_kl_and_ratio(tiny_tokenizer, name):
     from cory_rl.agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
     from cory_rl.agents.reinforce import ReinforceAgent, ReinforceConfig
 
-    cls, config = {"reinforce": (ReinforceAgent, ReinforceConfig), "rloo": (RLOOAgent, RLOOConfig),
-                   "grpo": (GRPOAgent, GRPOConfig)}[name]  # fmt: skip
+    cls, config = {
+        "reinforce": (ReinforceAgent, ReinforceConfig),
+        "rloo": (RLOOAgent, RLOOConfig),
+        "grpo": (GRPOAgent, GRPOConfig),
+    }[name]
     extra = {} if cls is ReinforceAgent else {"group_size": 2}
-    game = cory_env.batched_game(target_task(tiny_tokenizer), batch_size=8, n_agents=1,
-                                 tokenizer=tiny_tokenizer, group_size=2)  # fmt: skip
+    game = cory_env.batched_game(
+        target_task(tiny_tokenizer),
+        batch_size=8,
+        n_agents=1,
+        tokenizer=tiny_tokenizer,
+        group_size=2,
+    )
     cfg = config(mini_batch_size=4, learning_rate=1e-1, target_kl=0.001)
     [policy], reference = build_policies(make_tiny_lm(len(tiny_tokenizer)), 1)
     agent = cls(policy, reference, cfg, tiny_tokenizer.pad_token_id, seed=0, **extra)
@@ -81,9 +95,16 @@ def test_every_learner_reports_token_approx_kl_and_ratio(tiny_tokenizer, name):
 
 
 def rows(approx_kls, clipfracs, agent="llm_0"):
-    return [{"iteration": i, f"{agent}/ppo/approx_kl": k, f"{agent}/ppo/clipfrac": c,
-             f"{agent}/update/steps": 8.0, f"{agent}/ppo/vf_clipfrac": 0.9}
-            for i, (k, c) in enumerate(zip(approx_kls, clipfracs, strict=True))]  # fmt: skip
+    return [
+        {
+            "iteration": i,
+            f"{agent}/ppo/approx_kl": k,
+            f"{agent}/ppo/clipfrac": c,
+            f"{agent}/update/steps": 8.0,
+            f"{agent}/ppo/vf_clipfrac": 0.9,
+        }
+        for i, (k, c) in enumerate(zip(approx_kls, clipfracs, strict=True))
+    ]
 
 
 def test_the_health_warning_fires_on_an_unhealthy_run_only():
@@ -120,7 +141,7 @@ def test_health_reads_each_agent_and_skips_what_is_not_an_update():
             *rows([0.2], [0.5], agent="llm_1"),
             {"eval/all/reward": 0.5, "iteration": 3},
             {"llm_0/reinforce/approx_kl": 0.01, "llm_0/reinforce/ratio": 1.0},
-        ]  # fmt: skip
+        ]
     )
     assert sorted(watch.agents) == ["llm_0", "llm_1"]
     assert watch.agents["llm_0"].updates == 2 and watch.agents["llm_0"].clipfrac[1] is None
@@ -132,21 +153,34 @@ def test_a_run_says_its_updates_were_unhealthy(tiny_model_dir, tmp_path, capsys)
     from tests.conftest import tiny_config
 
     sick = {"mini_batch_size": 4, "ppo_epochs": 4, "learning_rate": 5e-2}
-    config = tiny_config(tiny_model_dir, tmp_path / "run", "ppo", batch_size=8, iterations=10,
-                         checkpoint_every=10, learner=sick)  # fmt: skip
+    config = tiny_config(
+        tiny_model_dir,
+        tmp_path / "run",
+        "ppo",
+        batch_size=8,
+        iterations=10,
+        checkpoint_every=10,
+        learner=sick,
+    )
     run_training(config)
     out = capsys.readouterr()
     assert "outside the healthy band" in out.out and "warning:" in out.out
     assert "update health" in out.out and "llm_0    approx_kl median" in out.out
-    config = tiny_config(tiny_model_dir, tmp_path / "calm", "ppo", batch_size=8, iterations=3,
-                         learner={"mini_batch_size": 8, "ppo_epochs": 1,
-                                  "learning_rate": 1e-7})  # fmt: skip
+    config = tiny_config(
+        tiny_model_dir,
+        tmp_path / "calm",
+        "ppo",
+        batch_size=8,
+        iterations=3,
+        learner={"mini_batch_size": 8, "ppo_epochs": 1, "learning_rate": 1e-7},
+    )
     run_training(config)
     out = capsys.readouterr()
     assert "too few updates to judge their health" in out.out
     assert "outside the healthy band" not in out.out + out.err
-    config = tiny_config(tiny_model_dir, tmp_path / "short", "ppo", batch_size=8, iterations=3,
-                         learner=sick)  # fmt: skip
+    config = tiny_config(
+        tiny_model_dir, tmp_path / "short", "ppo", batch_size=8, iterations=3, learner=sick
+    )
     run_training(config)
     out = capsys.readouterr()
     assert "too few updates to judge their health" in out.out and "warning:" not in out.out
@@ -158,10 +192,14 @@ def test_the_tuning_rule_picks_the_best_healthy_value_and_the_smaller_of_a_tie()
     def pilot(algorithm, value, healthy, score):
         return Pilot(Path("x"), algorithm, value, healthy, "", score)
 
-    pilots = [pilot("ppo", 1e-6, True, 0.20), pilot("ppo", 1e-5, True, 0.40),
-              pilot("ppo", 1e-4, False, 0.90),  # the best score, but unhealthy
-              pilot("cory", 1e-6, True, 0.305), pilot("cory", 1e-5, True, 0.31),
-              pilot("grpo", 1e-5, False, 0.5)]  # fmt: skip
+    pilots = [
+        pilot("ppo", 1e-6, True, 0.20),
+        pilot("ppo", 1e-5, True, 0.40),
+        pilot("ppo", 1e-4, False, 0.90),  # the best score, but unhealthy
+        pilot("cory", 1e-6, True, 0.305),
+        pilot("cory", 1e-5, True, 0.31),
+        pilot("grpo", 1e-5, False, 0.5),
+    ]
     picked = pick(pilots, tie=0.01)
     assert picked["ppo"].value == 1e-5
     assert picked["cory"].value == 1e-6  # within the tie: the smaller rate

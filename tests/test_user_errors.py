@@ -58,10 +58,29 @@ def folder(tmp_path, monkeypatch):
 
 
 def train(folder, model, settings, *extra):
-    flags = ["--preset", "smoke", "--model", model, "--device", "cpu",
-             "--run_dir", str(folder / "run"), "--batch_size", "4", "--mini_batch_size", "2",
-             "--iterations", "2", "--max_new_tokens", "3", "--task", "custom",
-             "--task_settings", settings, *extra]  # fmt: skip
+    flags = [
+        "--preset",
+        "smoke",
+        "--model",
+        model,
+        "--device",
+        "cpu",
+        "--run_dir",
+        str(folder / "run"),
+        "--batch_size",
+        "4",
+        "--mini_batch_size",
+        "2",
+        "--iterations",
+        "2",
+        "--max_new_tokens",
+        "3",
+        "--task",
+        "custom",
+        "--task_settings",
+        settings,
+        *extra,
+    ]
     return run.main("cory", flags)
 
 
@@ -72,22 +91,28 @@ def one_line(exit_: pytest.ExceptionInfo) -> str:
 
 
 BEFORE_ANY_MODEL = [
-    ("{dataset: data.jsonl, prompt_column: text, reward: 'M:score'}",
-     "'data.jsonl' has no column 'text'; its columns are ['prompt', 'n']"),
+    (
+        "{dataset: data.jsonl, prompt_column: text, reward: 'M:score'}",
+        "'data.jsonl' has no column 'text'; its columns are ['prompt', 'n']",
+    ),
     ("{dataset: empty.jsonl, reward: 'M:score'}", "'empty.jsonl' is empty"),
     ("{dataset: empty.csv, reward: 'M:score'}", "'empty.csv' is empty"),
     ("{dataset: broken.jsonl, reward: 'M:score'}", "'broken.jsonl', line 2: not valid JSON"),
-    ("{dataset: data.jsonl, prompt_column: n, reward: 'M:score'}",
-     "row 0: 'n' must be non-empty text, got int"),
+    (
+        "{dataset: data.jsonl, prompt_column: n, reward: 'M:score'}",
+        "row 0: 'n' must be non-empty text, got int",
+    ),
     ("{dataset: data.txt, reward: 'M:score'}", "must be a local .jsonl/.json/.csv/.parquet"),
     ("{dataset: missing.jsonl, reward: 'M:score'}", "'missing.jsonl' does not exist"),
     ("{dataset: one.jsonl, reward: 'M:score'}", "has 1 row(s); every 5th row is held out"),
     ("{dataset: data.jsonl, reward: 'nowhere:score'}", "no module named 'nowhere'"),
     ("{dataset: data.jsonl, reward: 'M:nothing'}", "has no 'nothing'; its functions are"),
     ("{dataset: data.jsonl, reward: 'M:NOT_A_FUNCTION'}", "is a int, not a function"),
-    ("{dataset: data.jsonl, reward: 'ftp://host/path'}",
-     "reached over http:// or https://, not ftp://"),
-]  # fmt: skip
+    (
+        "{dataset: data.jsonl, reward: 'ftp://host/path'}",
+        "reached over http:// or https://, not ftp://",
+    ),
+]
 
 
 @pytest.mark.parametrize(("settings", "message"), BEFORE_ANY_MODEL)
@@ -134,9 +159,11 @@ def test_a_reward_server_is_probed_before_any_model_loads(
         train(path, tiny_model_dir, f"{{dataset: data.jsonl, reward: '{down}'}}")
     assert f"reward server {down} cannot be reached" in one_line(exit_)
     httpd, url = server
-    for answer, message in [(b"<html>oops</html>", "something that is not JSON"),
-                            (b'{"score": 1}', 'it must answer a JSON list of scores'),
-                            (b'["a"]', "whose row 0 is str 'a'")]:  # fmt: skip
+    for answer, message in [
+        (b"<html>oops</html>", "something that is not JSON"),
+        (b'{"score": 1}', "it must answer a JSON list of scores"),
+        (b'["a"]', "whose row 0 is str 'a'"),
+    ]:
         httpd.RequestHandlerClass.answer = answer
         with pytest.raises(SystemExit) as exit_:
             train(path, tiny_model_dir, f"{{dataset: data.jsonl, reward: '{url}'}}")
@@ -168,8 +195,15 @@ def test_a_reward_that_raises_mid_run_leaves_a_checkpoint_that_resumes(
     source = REWARDS.replace("FAIL_AT_CALL = None", "FAIL_AT_CALL = 3")  # the third batch's
     module = user_module(path, monkeypatch, "failing", source)
     with pytest.raises(SystemExit) as exit_:
-        train(path, tiny_model_dir, f"{{dataset: data.jsonl, reward: '{module}.py:score'}}",
-              "--iterations", "4", "--checkpoint_every", "1")  # fmt: skip
+        train(
+            path,
+            tiny_model_dir,
+            f"{{dataset: data.jsonl, reward: '{module}.py:score'}}",
+            "--iterations",
+            "4",
+            "--checkpoint_every",
+            "1",
+        )
     text = one_line(exit_)
     assert f"reward function {module}.py:score raised KeyError" in text
     saved = json.loads((path / "run" / "checkpoint" / "state.json").read_text())

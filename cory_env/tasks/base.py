@@ -110,8 +110,9 @@ class HeldOut:
 
 def no_held_out_split(name: str, settings: dict[str, Any]) -> HeldOut:
     """A task that declares no test split is evaluated on its training queries, and says so."""
-    return HeldOut(dict(settings), f"task {name!r} has no known test split: training queries",
-                   False)  # fmt: skip
+    return HeldOut(
+        dict(settings), f"task {name!r} has no known test split: training queries", False
+    )
 
 
 @dataclass

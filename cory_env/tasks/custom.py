@@ -121,15 +121,17 @@ def template_prompt(template: str | None, role: int, query: Query, earlier: Sequ
     if role == 0 or template is None:
         return query.text
     quoted = ", ".join(f'"{a}"' for a in earlier)
-    return template.format(query=query.text, answer=earlier[-1] if earlier else "",
-                           answers=quoted)  # fmt: skip
+    return template.format(query=query.text, answer=earlier[-1] if earlier else "", answers=quoted)
 
 
 def custom_held_out(settings: dict[str, Any]) -> HeldOut:
     if settings.get("split", "train") == "all":
         return HeldOut(settings, "training drew from every row: nothing is held out", False)
-    return HeldOut({**settings, "split": "test"},
-                   f"every {HELD_OUT_EVERY}th row of {settings.get('dataset')}", True)  # fmt: skip
+    return HeldOut(
+        {**settings, "split": "test"},
+        f"every {HELD_OUT_EVERY}th row of {settings.get('dataset')}",
+        True,
+    )
 
 
 @register_task(NAME, held_out=custom_held_out)
@@ -171,8 +173,9 @@ def make_custom_task(
     if answer_column is not None:
         answer_column = checks.text(answer_column, "answer_column", where=WHERE)
     reward = checks.text(reward, "reward", where=WHERE)
-    reward_timeout = checks.number(reward_timeout, "reward_timeout", minimum=0,
-                                   exclusive_min=True, where=WHERE)  # fmt: skip
+    reward_timeout = checks.number(
+        reward_timeout, "reward_timeout", minimum=0, exclusive_min=True, where=WHERE
+    )
     if observer_template is not None:
         observer_template = check_template(observer_template)
     checks.choice(split, "split", SPLITS, where=WHERE)
@@ -215,5 +218,5 @@ def make_custom_task(
             "reward": reward,
             "prompt_column": prompt_column,
             "answer_column": answer_column,
-        },  # fmt: skip
+        },
     )

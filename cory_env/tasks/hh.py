@@ -102,8 +102,11 @@ def hh_held_out(settings: dict[str, Any]) -> HeldOut:
     """The hub dataset's test split; a local file has one split."""
     dataset = settings.get("dataset", HUB_DATASET)
     if is_local_file(dataset):
-        return HeldOut(settings, f"the local file {dataset} has one split: training queries, "
-                       "not held out", False)  # fmt: skip
+        return HeldOut(
+            settings,
+            f"the local file {dataset} has one split: training queries, not held out",
+            False,
+        )
     return HeldOut({**settings, "split": "test"}, f"split 'test' of dataset {dataset}", True)
 
 
@@ -138,8 +141,9 @@ def make_hh_task(
             f"{HUB_DATASET!r} or a local JSON(L) file. " + _OFFLINE_HINT
         )
     split = checks.text(split, "split", where=where)
-    max_prompt_chars = checks.integer(max_prompt_chars, "max_prompt_chars", minimum=0,
-                                      where=where, hint="0 keeps all")  # fmt: skip
+    max_prompt_chars = checks.integer(
+        max_prompt_chars, "max_prompt_chars", minimum=0, where=where, hint="0 keeps all"
+    )
     if n_queries is not None:
         n_queries = checks.integer(n_queries, "n_queries", minimum=1, where=where)
     reward_fn = hh_reward(reward, reward_input)

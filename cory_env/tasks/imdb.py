@@ -132,11 +132,15 @@ def imdb_held_out(settings: dict[str, Any]) -> HeldOut:
     file has one split, and the packaged ``split: all`` leaves nothing out."""
     dataset = settings.get("dataset")
     if is_local_file(dataset):
-        return HeldOut(settings, f"the local file {dataset} has one split: training queries, "
-                       "not held out", False)  # fmt: skip
+        return HeldOut(
+            settings,
+            f"the local file {dataset} has one split: training queries, not held out",
+            False,
+        )
     if dataset is None and settings.get("split", "train") == "all":
-        return HeldOut(settings, "training drew from every packaged opening: nothing is held "
-                       "out", False)  # fmt: skip
+        return HeldOut(
+            settings, "training drew from every packaged opening: nothing is held out", False
+        )
     where = "the packaged openings" if dataset is None else f"dataset {dataset}"
     return HeldOut({**settings, "split": "test"}, f"split 'test' of {where}", True)
 

@@ -123,10 +123,16 @@ def write_comparisons(
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        welch_ci = ("n/a" if r["welch_p"] is None
-                    else f"[{r['welch_ci_low']:.3f}, {r['welch_ci_high']:.3f}]")  # fmt: skip
-        query_ci = ("n/a" if r["query_ci_low"] is None
-                    else f"[{r['query_ci_low']:.3f}, {r['query_ci_high']:.3f}]")  # fmt: skip
+        welch_ci = (
+            "n/a"
+            if r["welch_p"] is None
+            else f"[{r['welch_ci_low']:.3f}, {r['welch_ci_high']:.3f}]"
+        )
+        query_ci = (
+            "n/a"
+            if r["query_ci_low"] is None
+            else f"[{r['query_ci_low']:.3f}, {r['query_ci_high']:.3f}]"
+        )
         lines.append(
             f"| {r['group']} | {r['seeds']} | {r['baseline']} | {r['baseline_seeds']} | "
             f"{r['diff']:+.3f} | {welch_ci} | {_fmt(r['welch_p'])} | "
@@ -168,8 +174,11 @@ def write_matched_kl(
     ]
     for r in rows:
         ci = "n/a" if r["ci_low"] is None else f"[{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
-        welch = ("n/a" if r["welch_p"] is None
-                 else f"[{r['welch_ci_low']:.3f}, {r['welch_ci_high']:.3f}]")  # fmt: skip
+        welch = (
+            "n/a"
+            if r["welch_p"] is None
+            else f"[{r['welch_ci_low']:.3f}, {r['welch_ci_high']:.3f}]"
+        )
         diff = "" if r["diff"] is None else f"{r['diff']:+.3f}"
         g = "n/a"
         if r["hedges_g"] is not None:
@@ -214,8 +223,11 @@ def write_pass_at_k(groups: list[Group], point: str, out: Path) -> tuple[Path, P
             t = inference.t_interval(values)
             return f"{t['mean']:.3f}" + ("" if t["std"] is None else f" ± {t['std']:.3f}")
 
-        lines.append(f"| {label} | {updates} | {len(seeds)} | {text('kl')} | "
-                     + " | ".join(text(k) for k in ks) + " |")  # fmt: skip
+        lines.append(
+            f"| {label} | {updates} | {len(seeds)} | {text('kl')} | "
+            + " | ".join(text(k) for k in ks)
+            + " |"
+        )
     write_text(table_md, "\n".join(lines) + "\n")
     print("\n".join(lines))
     return table_csv, table_md
@@ -241,12 +253,16 @@ def compare(
         out = out / "compare"
     out.mkdir(parents=True, exist_ok=True)
     base_group = pick_baseline(groups, baseline)
-    written = [*plot_curves(groups, "agents", out, eta, band),
-               *plot_curves(groups, "roles", out, eta, band)]  # fmt: skip
+    written = [
+        *plot_curves(groups, "agents", out, eta, band),
+        *plot_curves(groups, "roles", out, eta, band),
+    ]
     frontier = plot_frontier(groups, point, out)
     if frontier is None:
-        print(f"compare: no run has a held-out evaluation with {point!r}: no frontier "
-              "(python train/evaluate.py RUN_DIR ..., or train with --eval_every)")  # fmt: skip
+        print(
+            f"compare: no run has a held-out evaluation with {point!r}: no frontier "
+            "(python train/evaluate.py RUN_DIR ..., or train with --eval_every)"
+        )
     else:
         written += frontier
         written += write_summary(groups, point, out) or ()

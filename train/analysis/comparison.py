@@ -142,16 +142,28 @@ def seed_spread(group: Group, key: str, eta: float | None) -> list[dict[str, Any
     for it in iterations:
         values = [s[it] for s in per_run if it in s]
         mean, std = spread(values)
-        table.append({
-            "iteration": it, "mean": mean, "std": std,
-            "min": float(min(values)), "max": float(max(values)), "seeds": len(values),
-        })  # fmt: skip
+        table.append(
+            {
+                "iteration": it,
+                "mean": mean,
+                "std": std,
+                "min": float(min(values)),
+                "max": float(max(values)),
+                "seeds": len(values),
+            }
+        )
     return table
 
 
 def series_prefixes(groups: list[Group], kind: str) -> list[str]:
-    keys = {k.split("/")[0] for g in groups for r in g.runs for row in r.rows for k in row
-            if k.endswith("/score")}  # fmt: skip
+    keys = {
+        k.split("/")[0]
+        for g in groups
+        for r in g.runs
+        for row in r.rows
+        for k in row
+        if k.endswith("/score")
+    }
     if kind == "agents":
         return sorted(k for k in keys if k.startswith("llm_"))
     return sorted((k for k in keys if not k.startswith("llm_")), key=lambda r: (r != "pioneer", r))
@@ -168,12 +180,21 @@ def frontier_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
             cell = summary.get(point)
             if cell is None or "kl" not in cell:
                 continue
-            rows.append({
-                "run": str(run.path), "group": group.label, "algorithm": group.algorithm,
-                "seed": run.config.get("seed"), "point": point, "kl": cell["kl"],
-                "reward": cell["reward"],
-                **{f"r - {eta:g} KL": cell["reward"] - eta * cell["kl"] for eta in measures.ETAS},
-            })  # fmt: skip
+            rows.append(
+                {
+                    "run": str(run.path),
+                    "group": group.label,
+                    "algorithm": group.algorithm,
+                    "seed": run.config.get("seed"),
+                    "point": point,
+                    "kl": cell["kl"],
+                    "reward": cell["reward"],
+                    **{
+                        f"r - {eta:g} KL": cell["reward"] - eta * cell["kl"]
+                        for eta in measures.ETAS
+                    },
+                }
+            )
     for algorithm in {r["algorithm"] for r in rows}:
         mine = [r for r in rows if r["algorithm"] == algorithm]
         front = set(measures.pareto_front([(r["kl"], r["reward"]) for r in mine]))
@@ -209,13 +230,15 @@ def summary_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
         }
         values = {
             "reward": [c["reward"] for c in cells],
-            "reward_minus_base": [c["reward_minus_base"]["mean"] for c in cells
-                                  if c.get("reward_minus_base")],
+            "reward_minus_base": [
+                c["reward_minus_base"]["mean"] for c in cells if c.get("reward_minus_base")
+            ],
             "kl": [c.get("kl", math.nan) for c in cells],
             "distinct_2": [c["distinct_2"] for c in cells if c.get("distinct_2") is not None],
-            "distinct_2_pooled": [c["distinct_2_pooled"] for c in cells
-                                  if c.get("distinct_2_pooled") is not None],
-        }  # fmt: skip
+            "distinct_2_pooled": [
+                c["distinct_2_pooled"] for c in cells if c.get("distinct_2_pooled") is not None
+            ],
+        }
         for name, vals in values.items():
             if not vals:
                 continue
@@ -236,8 +259,11 @@ def per_query_rewards(run: Run, point: str) -> dict[int, float] | None:
     answers = (run.evaluation or {}).get("answers")
     if not answers:
         return None
-    rows = [i for i, (m, r) in enumerate(zip(answers["model"], answers["role"], strict=True))
-            if m == "trained" and point in ("all", r)]  # fmt: skip
+    rows = [
+        i
+        for i, (m, r) in enumerate(zip(answers["model"], answers["role"], strict=True))
+        if m == "trained" and point in ("all", r)
+    ]
     if not rows:
         return None
     units, means = inference.per_unit_means(
@@ -250,8 +276,10 @@ def query_bootstrap(group: Group, baseline: Group, point: str) -> dict[str, Any]
     """The difference of two groups per query (each query's reward averaged over the
     group's seeds), with its bootstrap interval over queries; None unless every run of
     both answered one and the same evaluation set."""
-    sets = {json.dumps((r.evaluation or {}).get("eval_set"), sort_keys=True)
-            for r in (*group.runs, *baseline.runs)}  # fmt: skip
+    sets = {
+        json.dumps((r.evaluation or {}).get("eval_set"), sort_keys=True)
+        for r in (*group.runs, *baseline.runs)
+    }
     if len(sets) != 1:
         return None
     means = []
@@ -265,8 +293,11 @@ def query_bootstrap(group: Group, baseline: Group, point: str) -> dict[str, Any]
     diffs = [means[0][u] - means[1][u] for u in units]
     if not diffs:
         return None
-    return {"mean": float(np.mean(diffs)), "ci": inference.bootstrap_ci(diffs),
-            "queries": len(units)}  # fmt: skip
+    return {
+        "mean": float(np.mean(diffs)),
+        "ci": inference.bootstrap_ci(diffs),
+        "queries": len(units),
+    }
 
 
 def comparison_rows(groups: list[Group], baseline: Group, point: str) -> list[dict[str, Any]]:
@@ -282,19 +313,24 @@ def comparison_rows(groups: list[Group], baseline: Group, point: str) -> list[di
             continue
         welch = inference.welch_test(mine, base)
         boot = query_bootstrap(group, baseline, point)
-        rows.append({
-            "group": group.label, "baseline": baseline.label, "point": point,
-            "seeds": len(mine), "baseline_seeds": len(base),
-            "diff": float(np.mean(mine) - np.mean(base)),
-            "welch_ci_low": welch["ci"][0] if welch else None,
-            "welch_ci_high": welch["ci"][1] if welch else None,
-            "welch_p": welch["p"] if welch else None,
-            "welch_df": welch["df"] if welch else None,
-            "query_diff": boot["mean"] if boot else None,
-            "query_ci_low": (boot["ci"] or [None])[0] if boot else None,
-            "query_ci_high": (boot["ci"] or [None, None])[1] if boot else None,
-            "queries": boot["queries"] if boot else None,
-        })  # fmt: skip
+        rows.append(
+            {
+                "group": group.label,
+                "baseline": baseline.label,
+                "point": point,
+                "seeds": len(mine),
+                "baseline_seeds": len(base),
+                "diff": float(np.mean(mine) - np.mean(base)),
+                "welch_ci_low": welch["ci"][0] if welch else None,
+                "welch_ci_high": welch["ci"][1] if welch else None,
+                "welch_p": welch["p"] if welch else None,
+                "welch_df": welch["df"] if welch else None,
+                "query_diff": boot["mean"] if boot else None,
+                "query_ci_low": (boot["ci"] or [None])[0] if boot else None,
+                "query_ci_high": (boot["ci"] or [None, None])[1] if boot else None,
+                "queries": boot["queries"] if boot else None,
+            }
+        )
     return rows
 
 
@@ -323,8 +359,9 @@ def check_point(runs: list[Run], point: str) -> None:
     """Refuse a point that no run's evaluations report, before anything is written."""
     known = set().union(*(run_points(run) for run in runs)) if runs else set()
     if known and point not in known:
-        raise ValueError(f"--point {point!r} is not in these runs' evaluations; "
-                         f"choose one of {sorted(known)}")  # fmt: skip
+        raise ValueError(
+            f"--point {point!r} is not in these runs' evaluations; choose one of {sorted(known)}"
+        )
 
 
 def pick_baseline(groups: list[Group], name: str | None) -> Group:

@@ -53,8 +53,10 @@ def plot_curves(
                 seeds = len(group.runs)
                 ax.plot(x, mean, color=colour, linewidth=1.4, label=f"{group.label} ({seeds})")
                 ax.fill_between(x, low, high, color=colour, alpha=0.2, linewidth=0)
-                records += [{"group": group.label, "curve": prefix, "quantity": quantity, **t}
-                            for t in table]  # fmt: skip
+                records += [
+                    {"group": group.label, "curve": prefix, "quantity": quantity, **t}
+                    for t in table
+                ]
             ax.set_title(f"{title}: {prefix}")
             ax.set_xlabel("iteration")
             ax.grid(alpha=0.3)
@@ -80,8 +82,13 @@ def plot_frontier(groups: list[Group], point: str, out: Path) -> tuple[Path, Pat
     for a, algorithm in enumerate(sorted({r["algorithm"] for r in rows})):
         colour = colours[a % len(colours)]
         mine = [r for r in rows if r["algorithm"] == algorithm]
-        ax.scatter([r["kl"] for r in mine], [r["reward"] for r in mine], color=colour,
-                   alpha=0.7, label=algorithm)  # fmt: skip
+        ax.scatter(
+            [r["kl"] for r in mine],
+            [r["reward"] for r in mine],
+            color=colour,
+            alpha=0.7,
+            label=algorithm,
+        )
         front = sorted((r for r in mine if r["on_front"]), key=lambda r: r["kl"])
         ax.plot([r["kl"] for r in front], [r["reward"] for r in front], color=colour)
     refs = reference_points(groups, point)
@@ -102,9 +109,19 @@ def plot_frontier(groups: list[Group], point: str, out: Path) -> tuple[Path, Pat
 def plot_trajectories(groups: list[Group], point: str, out: Path) -> list[Path]:
     """``trajectory.png`` (KL against reward per seed) and ``objective.png`` (``r - eta*KL``
     against updates, mean over seeds per group and eta), with ``trajectory.csv``."""
-    records = [{"group": g.label, "run": str(r.path), "seed": r.config.get("seed"),
-                "updates": u, "kl": kl, "reward": rw}
-               for g in groups for r in g.runs for u, kl, rw in trajectory(r, point)]  # fmt: skip
+    records = [
+        {
+            "group": g.label,
+            "run": str(r.path),
+            "seed": r.config.get("seed"),
+            "updates": u,
+            "kl": kl,
+            "reward": rw,
+        }
+        for g in groups
+        for r in g.runs
+        for u, kl, rw in trajectory(r, point)
+    ]
     if not records:
         return []
     colours = rcParams["axes.prop_cycle"].by_key()["color"]
@@ -120,8 +137,14 @@ def plot_trajectories(groups: list[Group], point: str, out: Path) -> list[Path]:
             points = trajectory(run, point)
             if not points:
                 continue
-            ax.plot([p[1] for p in points], [p[2] for p in points], color=colour, alpha=0.8,
-                    marker=".", label=label)  # fmt: skip
+            ax.plot(
+                [p[1] for p in points],
+                [p[2] for p in points],
+                color=colour,
+                alpha=0.8,
+                marker=".",
+                label=label,
+            )
             label = None
             for u, kl, rw in points:
                 by_updates.setdefault(u, []).append((kl, rw))

@@ -31,8 +31,11 @@ def summary_values(run_path: Path, rows: list[dict] | None = None) -> dict[str, 
     if not rows:
         return {}
     last = rows[-1]
-    out = {k: float(v) for k, v in last.items()
-           if k.startswith("llm_") and k.endswith(("/score", "/kl"))}  # fmt: skip
+    out = {
+        k: float(v)
+        for k, v in last.items()
+        if k.startswith("llm_") and k.endswith(("/score", "/kl"))
+    }
     times = [r["time/iteration_s"] for r in rows[1:]] or [rows[0]["time/iteration_s"]]
     out["seconds_per_iteration"] = sum(times) / len(times)
     out["peak_memory_gb"] = max(r.get("memory/peak_mb", 0.0) for r in rows) / 1024

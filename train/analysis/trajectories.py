@@ -38,18 +38,23 @@ def pass_at_k_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
                 for numbers in evaluation.get("summary", {}).values():
                     cell = numbers.get(point) or {}
                     if cell.get("pass@k"):
-                        rows.append({
-                            "group": group.label, "seed": run.config.get("seed"),
-                            "updates": evaluation["updates"], "kl": cell.get("kl"),
-                            **{f"pass@{k}": v for k, v in cell["pass@k"].items()},
-                        })  # fmt: skip
+                        rows.append(
+                            {
+                                "group": group.label,
+                                "seed": run.config.get("seed"),
+                                "updates": evaluation["updates"],
+                                "kl": cell.get("kl"),
+                                **{f"pass@{k}": v for k, v in cell["pass@k"].items()},
+                            }
+                        )
     return rows
 
 
 def default_kls(groups: list[Group], point: str, count: int = 4) -> list[float]:
     """``count`` KL values up to the largest KL that every seed's trajectory reaches."""
-    reached = [max(kl for _, kl, _ in t) for g in groups for r in g.runs
-               if (t := trajectory(r, point))]  # fmt: skip
+    reached = [
+        max(kl for _, kl, _ in t) for g in groups for r in g.runs if (t := trajectory(r, point))
+    ]
     if not reached:
         return []
     top = min(reached)
@@ -96,21 +101,29 @@ def matched_kl_rows(
             t = inference.t_interval(values)
             welch = inference.welch_test(values, base) if group is not baseline else None
             effect = inference.hedges_g(values, base) if group is not baseline else None
-            rows.append({
-                "group": group.label, "kl": kl, "seeds": len(values),
-                "seeds_total": len(group.runs), "reward": t["mean"], "std": t["std"],
-                "ci_low": (t["ci"] or [None])[0], "ci_high": (t["ci"] or [None, None])[1],
-                "baseline": baseline.label,
-                "diff": t["mean"] - float(np.mean(base)) if base and group is not baseline
-                else None,
-                "welch_ci_low": welch["ci"][0] if welch else None,
-                "welch_ci_high": welch["ci"][1] if welch else None,
-                "welch_p": welch["p"] if welch else None,
-                "hedges_g": effect["g"] if effect else None,
-                "g_ci_low": effect["ci"][0] if effect else None,
-                "g_ci_high": effect["ci"][1] if effect else None,
-                **collapse(group, kl, base_collapse),
-            })  # fmt: skip
+            rows.append(
+                {
+                    "group": group.label,
+                    "kl": kl,
+                    "seeds": len(values),
+                    "seeds_total": len(group.runs),
+                    "reward": t["mean"],
+                    "std": t["std"],
+                    "ci_low": (t["ci"] or [None])[0],
+                    "ci_high": (t["ci"] or [None, None])[1],
+                    "baseline": baseline.label,
+                    "diff": t["mean"] - float(np.mean(base))
+                    if base and group is not baseline
+                    else None,
+                    "welch_ci_low": welch["ci"][0] if welch else None,
+                    "welch_ci_high": welch["ci"][1] if welch else None,
+                    "welch_p": welch["p"] if welch else None,
+                    "hedges_g": effect["g"] if effect else None,
+                    "g_ci_low": effect["ci"][0] if effect else None,
+                    "g_ci_high": effect["ci"][1] if effect else None,
+                    **collapse(group, kl, base_collapse),
+                }
+            )
     for group in groups:  # one comparison = a group against the baseline at every KL
         mine = [r for r in rows if r["group"] == group.label]
         for row, adjusted in zip(mine, inference.holm([r["welch_p"] for r in mine]), strict=True):

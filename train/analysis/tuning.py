@@ -47,15 +47,27 @@ def read_pilot(path: Path, setting: str, by: str, last: int, band: Band) -> Pilo
     kls = [k for h in watch.agents.values() for k in h.approx_kl]
     clips = [c for h in watch.agents.values() for c in h.clipfrac if c is not None]
     kl, clip = statistics.median(kls), statistics.median(clips) if clips else 0.0
-    healthy = (watch.judged and watch.unhealthy_share <= UNHEALTHY_SHARE
-               and kl <= band.approx_kl and clip <= band.clipfrac)  # fmt: skip
+    healthy = (
+        watch.judged
+        and watch.unhealthy_share <= UNHEALTHY_SHARE
+        and kl <= band.approx_kl
+        and clip <= band.clipfrac
+    )
     values = [float(r[by]) for r in rows[-last:] if by in r]
     if not values:
         raise ValueError(f"{path}: its metrics have no {by!r}; name another with --by")
-    health = (f"approx_kl median {kl:.3f}, clipfrac median {clip:.3f}, "
-              f"{watch.unhealthy_share:.0%} outside")  # fmt: skip
-    return Pilot(path, config.algorithm, setting_of(config, setting), healthy, health,
-                 statistics.mean(values))  # fmt: skip
+    health = (
+        f"approx_kl median {kl:.3f}, clipfrac median {clip:.3f}, "
+        f"{watch.unhealthy_share:.0%} outside"
+    )
+    return Pilot(
+        path,
+        config.algorithm,
+        setting_of(config, setting),
+        healthy,
+        health,
+        statistics.mean(values),
+    )
 
 
 def pick(pilots: list[Pilot], tie: float) -> dict[str, Pilot | None]:
@@ -67,17 +79,23 @@ def pick(pilots: list[Pilot], tie: float) -> dict[str, Pilot | None]:
             picked[algorithm] = None
             continue
         best = max(p.score for p in healthy)
-        picked[algorithm] = min((p for p in healthy if p.score >= best - tie),
-                                key=lambda p: p.value)  # fmt: skip
+        picked[algorithm] = min(
+            (p for p in healthy if p.score >= best - tie), key=lambda p: p.value
+        )
     return picked
 
 
-def table(pilots: list[Pilot], picked: dict[str, Pilot | None], setting: str, by: str,
-          last: int) -> str:  # fmt: skip
-    lines = [f"| algorithm | {setting} | healthy | health | {by}, last {last} | picked |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+def table(
+    pilots: list[Pilot], picked: dict[str, Pilot | None], setting: str, by: str, last: int
+) -> str:
+    lines = [
+        f"| algorithm | {setting} | healthy | health | {by}, last {last} | picked |",
+        "|---|---|---|---|---|---|",
+    ]
     for p in sorted(pilots, key=lambda p: (p.algorithm, p.value)):
         mark = "yes" if picked.get(p.algorithm) is p else ""
-        lines.append(f"| {p.algorithm} | {p.value:g} | {'yes' if p.healthy else 'no'} | "
-                     f"{p.health} | {p.score:+.3f} | {mark} |")  # fmt: skip
+        lines.append(
+            f"| {p.algorithm} | {p.value:g} | {'yes' if p.healthy else 'no'} | "
+            f"{p.health} | {p.score:+.3f} | {mark} |"
+        )
     return "\n".join(lines)

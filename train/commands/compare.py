@@ -25,15 +25,23 @@ def main(argv: list[str] | None = None) -> list[Path]:
         "--eta", type=number_at_least(0), help="recompute r - eta*KL (default: as logged)"
     )
     parser.add_argument("--band", choices=("minmax", "std"), default="minmax")
-    parser.add_argument("--baseline", help="the group the others are tested against "
-                        "(a label or an algorithm; default the first group)")  # fmt: skip
-    parser.add_argument("--at_kl", type=number_at_least(0), nargs="+",
-                        help="held-out KLs of the matched comparison (default: 4 up to the "
-                        "largest KL every seed reaches)")  # fmt: skip
+    parser.add_argument(
+        "--baseline",
+        help="the group the others are tested against "
+        "(a label or an algorithm; default the first group)",
+    )
+    parser.add_argument(
+        "--at_kl",
+        type=number_at_least(0),
+        nargs="+",
+        help="held-out KLs of the matched comparison (default: 4 up to the "
+        "largest KL every seed reaches)",
+    )
     args = parser.parse_args(argv)
     try:
-        written = compare(args.runs, args.out, args.point, args.eta, args.band, args.baseline,
-                          args.at_kl)  # fmt: skip
+        written = compare(
+            args.runs, args.out, args.point, args.eta, args.band, args.baseline, args.at_kl
+        )
     except (FileNotFoundError, ValueError) as err:
         parser.error(str(err))
     for path in written:

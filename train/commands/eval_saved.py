@@ -128,13 +128,22 @@ def _headline(row: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("saved", type=Path, help="folder of updates_<n>/llm_<i> model folders")
-    parser.add_argument("--like", type=Path, required=True,
-                        help="a run folder of ours whose game and held-out set to use")  # fmt: skip
+    parser.add_argument(
+        "--like",
+        type=Path,
+        required=True,
+        help="a run folder of ours whose game and held-out set to use",
+    )
     parser.add_argument("--seed", type=int, required=True, help="the seed the saved run used")
     parser.add_argument("--out", type=Path, required=True, help="the run-like folder to write")
     parser.add_argument("--results", type=Path, help="also its compact results, to commit")
-    parser.add_argument("--updates", type=int, nargs="+", metavar="N",
-                        help="only these updates_<n> folders (and updates_000000)")  # fmt: skip
+    parser.add_argument(
+        "--updates",
+        type=int,
+        nargs="+",
+        metavar="N",
+        help="only these updates_<n> folders (and updates_000000)",
+    )
     args = parser.parse_args(argv)
     rows = evaluate_saved(args.saved, args.like, args.out, args.seed, updates=args.updates)
     if args.results is not None:

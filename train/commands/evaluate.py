@@ -38,18 +38,25 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", type=Path, help="run folders to evaluate")
     parser.add_argument("--run", type=Path, action="append", default=[], help="same as RUN_DIR")
-    parser.add_argument("--algorithm", default="cory", choices=sorted(ALGORITHMS),
-                        help="without a run: the game the base model plays")  # fmt: skip
+    parser.add_argument(
+        "--algorithm",
+        default="cory",
+        choices=sorted(ALGORITHMS),
+        help="without a run: the game the base model plays",
+    )
     parser.add_argument("--task", help="without a run: the task (default imdb)")
     parser.add_argument("--model", help="without a run: the model (default embedded)")
     parser.add_argument("--preset", help="without a run: a training preset to start from")
     parser.add_argument("--max_new_tokens", type=flag_value)
     parser.add_argument(
-        "--task_settings", type=flag_value, default=None,
+        "--task_settings",
+        type=flag_value,
+        default=None,
         help="override the held-out task settings, e.g. '{split: train}'",
-    )  # fmt: skip
-    parser.add_argument("--samples", type=int, help="answers per query (default: the run's "
-                        "eval_samples, 4)")  # fmt: skip
+    )
+    parser.add_argument(
+        "--samples", type=int, help="answers per query (default: the run's eval_samples, 4)"
+    )
     parser.add_argument("--max_queries", type=int, help="the first N distinct queries only")
     parser.add_argument("--batch_size", type=int, help="games per batch (default 32)")
     parser.add_argument("--seed", type=int, help="fixes budgets and uniforms (default 1234)")
@@ -58,15 +65,19 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--no_reference", action="store_true", help="skip the base-model rows")
     parser.add_argument("--out", type=Path, help="without a run: folder for eval.json/eval.md")
     parser.add_argument(
-        "--seats", type=flag_value, metavar="MAPPING",
+        "--seats",
+        type=flag_value,
+        metavar="MAPPING",
         help="play a game of agents from any runs: {llm_0: RUN:AGENT, llm_1: base} (a player "
         "is RUN:AGENT, base, or a model folder); writes to --out",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--cross_play", nargs="+", metavar="PLAYER",
+        "--cross_play",
+        nargs="+",
+        metavar="PLAYER",
         help="every agent of these runs (or each RUN:AGENT, model folder) and the base model as "
         "pioneer against every one as observer; writes cross_play.csv and .png to --out",
-    )  # fmt: skip
+    )
     args = parser.parse_args(argv)
     runs = [*args.runs, *args.run]
     if args.seats is not None or args.cross_play:
@@ -79,11 +90,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         except (*USER_ERRORS, ValueError) as err:
             parser.error(one_line(err).removeprefix("error: "))
     options = {
-        "samples": args.samples, "batch_size": args.batch_size, "seed": args.seed,
-        "max_queries": args.max_queries, "show": args.show,
-        "reference": not args.no_reference, "task_settings": args.task_settings,
+        "samples": args.samples,
+        "batch_size": args.batch_size,
+        "seed": args.seed,
+        "max_queries": args.max_queries,
+        "show": args.show,
+        "reference": not args.no_reference,
+        "task_settings": args.task_settings,
         "device": args.device,
-    }  # fmt: skip
+    }
     results = []
     try:
         if not runs:
@@ -111,8 +126,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
 
 def _play_players(args: Any) -> dict[str, Any]:
     """``--seats`` (one game, written as eval.json) or ``--cross_play`` (the matrix)."""
-    options = {"samples": args.samples, "batch_size": args.batch_size, "seed": args.seed,
-               "max_queries": args.max_queries}  # fmt: skip
+    options = {
+        "samples": args.samples,
+        "batch_size": args.batch_size,
+        "seed": args.seed,
+        "max_queries": args.max_queries,
+    }
     if args.cross_play:
         cells = xp.cross_play(xp.run_players(args.cross_play), options)
         csv_path, png_path = xp.write_matrix(cells, args.out)

@@ -31,8 +31,9 @@ def main(argv: list[str] | None = None) -> dict[str, Path]:
     if args.private and args.push_to_hub is None:
         parser.error("--private applies to --push_to_hub; add --push_to_hub OWNER/NAME")
     try:
-        return export_run(args.run_dir, args.out_dir, args.merge, args.overwrite,
-                          args.push_to_hub, args.private)  # fmt: skip
+        return export_run(
+            args.run_dir, args.out_dir, args.merge, args.overwrite, args.push_to_hub, args.private
+        )
     except USER_ERRORS as err:
         parser.error(one_line(err).removeprefix("error: "))
 

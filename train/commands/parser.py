@@ -20,8 +20,9 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n(see {self.prog} --help for the options)\n")
 
 
-def number_at_least(minimum: float, *, integer: bool = False, above: bool = False
-                    ) -> Callable[[str], float]:  # fmt: skip
+def number_at_least(
+    minimum: float, *, integer: bool = False, above: bool = False
+) -> Callable[[str], float]:
     """An argparse ``type`` for a finite number at least (``above``: more than) ``minimum``,
     so that ``--at_kl -5`` or ``--max_new_tokens 0`` stops at parsing, before any work."""
     kind = "an integer" if integer else "a number"

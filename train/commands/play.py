@@ -39,9 +39,12 @@ def load_players(
         return trained.config, trained.game.tokenizers, trained.learners
     algorithm = "ppo" if len(models) == 1 else "cory"
     overrides = {
-        "device": "cpu", "task": task or "imdb", "model": models[0], "n_agents": len(models),
+        "device": "cpu",
+        "task": task or "imdb",
+        "model": models[0],
+        "n_agents": len(models),
         "models": {f"llm_{i}": m for i, m in enumerate(models)},
-    }  # fmt: skip
+    }
     config = build_config(overrides=overrides, algorithm=algorithm)
     game, learners = build_game_and_learners(config)
     return config, game.tokenizers, learners
@@ -69,11 +72,13 @@ class Table:
             raise ValueError("an empty query: type a few words for the pioneer to continue")
         game.task.queries.append(Query(text))
         try:
-            game.reset(options={
-                "episode": self.episode,
-                "queries": [len(game.task.queries) - 1],
-                "budgets": [budget or game.budget_high],
-            })  # fmt: skip
+            game.reset(
+                options={
+                    "episode": self.episode,
+                    "queries": [len(game.task.queries) - 1],
+                    "budgets": [budget or game.budget_high],
+                }
+            )
             play_games(game, self.learners)
         finally:
             game.task.queries.pop()
@@ -88,25 +93,41 @@ def show(sample: dict[str, Any]) -> str:
         if role == "query":
             continue
         head = f"  {role} ({turn['agent']}): "
-        answer = textwrap.fill(repr(turn["response"]), WIDTH, initial_indent=head,
-                               subsequent_indent=" " * len(head))  # fmt: skip
-        lines += [answer, f"{' ' * len(head)}score {turn['score']:+.3f}, reward "
-                  f"{turn['reward']:+.3f}"]  # fmt: skip
+        answer = textwrap.fill(
+            repr(turn["response"]), WIDTH, initial_indent=head, subsequent_indent=" " * len(head)
+        )
+        lines += [
+            answer,
+            f"{' ' * len(head)}score {turn['score']:+.3f}, reward {turn['reward']:+.3f}",
+        ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run_dir", type=Path, nargs="?", help="a run folder with a checkpoint")
-    parser.add_argument("--model", action="append", default=[], metavar="FOLDER",
-                        help="seat this model (an exported agent, 'embedded', a hub id); "
-                        "repeat for each seat, instead of a run")  # fmt: skip
-    parser.add_argument("--query", action="append", default=[], type=non_empty_text,
-                        help="a query to play (repeatable); none: type them")  # fmt: skip
+    parser.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="FOLDER",
+        help="seat this model (an exported agent, 'embedded', a hub id); "
+        "repeat for each seat, instead of a run",
+    )
+    parser.add_argument(
+        "--query",
+        action="append",
+        default=[],
+        type=non_empty_text,
+        help="a query to play (repeatable); none: type them",
+    )
     parser.add_argument("--pioneer", help="the agent that answers first (default llm_0)")
     parser.add_argument("--task", help="the task that scores the answers (default the run's)")
-    parser.add_argument("--max_new_tokens", type=number_at_least(1, integer=True),
-                        help="tokens per answer (default: the most the game allows)")  # fmt: skip
+    parser.add_argument(
+        "--max_new_tokens",
+        type=number_at_least(1, integer=True),
+        help="tokens per answer (default: the most the game allows)",
+    )
     args = parser.parse_args(argv)
     if (args.run_dir is None) == (not args.model):
         parser.error("give a run folder or --model folders (one per seat), not both or neither")
@@ -114,8 +135,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         parser.error(f"{args.run_dir} is not a run folder (it has no config.yaml)")
     try:
         if args.pioneer is not None:  # before any model loads
-            seats = (load_run_config(args.run_dir).agents if args.run_dir is not None
-                     else [f"llm_{i}" for i in range(len(args.model))])  # fmt: skip
+            seats = (
+                load_run_config(args.run_dir).agents
+                if args.run_dir is not None
+                else [f"llm_{i}" for i in range(len(args.model))]
+            )
             if args.pioneer not in seats:
                 raise ValueError(f"--pioneer {args.pioneer}: the seats are {seats}")
         table = Table(*load_players(args.run_dir, args.model, args.task), args.pioneer)

@@ -161,8 +161,10 @@ def run_point(point: GridPoint, out: Path, train_flags: list[str], preset: str |
         return "resumed"
     status = "new"
     if state == "no_checkpoint":
-        print(f"sweep: {point.name}: it stopped before its first checkpoint; emptying {path} "
-              "and starting it again")  # fmt: skip
+        print(
+            f"sweep: {point.name}: it stopped before its first checkpoint; emptying {path} "
+            "and starting it again"
+        )
         clear_run_folder(path)
         status = "restarted"
     print(f"sweep: {point.name}: training")
@@ -174,8 +176,9 @@ def write_record(out: Path, grid: dict[str, Any], runs: list[dict[str, Any]]) ->
     write_text(out / SWEEP_FILE, json.dumps({"grid": grid, "runs": runs}, indent=1) + "\n")
 
 
-def committed(point: GridPoint, train_flags: list[str], preset: str | None,
-              results_dir: Path) -> bool:  # fmt: skip
+def committed(
+    point: GridPoint, train_flags: list[str], preset: str | None, results_dir: Path
+) -> bool:
     """Whether ``results_dir`` holds complete results of this grid point's config, as long
     as asked (``cory_rl.train.core.results``): then the point is done, wherever its run
     folder is."""
@@ -207,8 +210,12 @@ def git_ignores(path: Path) -> bool:
 
     probe = Path(path) / "done.json"
     try:
-        done = subprocess.run(["git", "check-ignore", "-q", str(probe)], capture_output=True,
-                              cwd=Path.cwd(), check=False)  # fmt: skip
+        done = subprocess.run(
+            ["git", "check-ignore", "-q", str(probe)],
+            capture_output=True,
+            cwd=Path.cwd(),
+            check=False,
+        )
     except OSError:  # no git here
         return False
     return done.returncode == 0
@@ -274,27 +281,33 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--setting", help="the setting to vary, e.g. init_kl_coef or lam")
     parser.add_argument("--values", nargs="+", help="its values, as typed on the command line")
     parser.add_argument(
-        "--per_algorithm", metavar="YAML", type=parse_yaml, default=None,
+        "--per_algorithm",
+        metavar="YAML",
+        type=parse_yaml,
+        default=None,
         help="settings of one algorithm's runs only, e.g. \"{ppo: {learning_rate: 1e-5}, "
-        "cory: {learning_rate: 3e-5}}\" (each arm at its own tuned rate)",
-    )  # fmt: skip
+        'cory: {learning_rate: 3e-5}}" (each arm at its own tuned rate)',
+    )
     parser.add_argument("--preset", choices=sorted(PRESETS))
     parser.add_argument("--out", type=Path, help="sweep folder (default runs/sweep-<time>)")
     parser.add_argument(
-        "--evaluate", action="store_true",
+        "--evaluate",
+        action="store_true",
         help="evaluate each finished run on the held-out set of its eval_* settings "
         "(training flags, e.g. --eval_samples 8)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--results", type=Path,
+        "--results",
+        type=Path,
         help="write each finished run's compact results into RESULTS/<run name> (to commit); "
         "a point whose results are there is done, even where its run folder is not",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--on_finish", metavar="COMMAND",
+        "--on_finish",
+        metavar="COMMAND",
         help="a shell command run after each finished run, {name} and {results} replaced, "
         "e.g. \"git add {results} && git commit -qm 'study: {name}'\"",
-    )  # fmt: skip
+    )
     args, train_flags = parser.parse_known_args(argv)
     fields = {f.name for f in dataclasses.fields(TrainConfig)} | set(GAME_SETTINGS)
     if args.setting is not None and args.setting not in fields | all_learner_settings():
@@ -316,15 +329,16 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         parser.error(str(err))
     out = args.out or Path("runs") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     if args.results is not None and git_ignores(args.results):
-        parser.error(f"--results {args.results}: git ignores that folder, so its results could "
-                     "not be committed; pick a folder git keeps (runs/ is ignored)")  # fmt: skip
+        parser.error(
+            f"--results {args.results}: git ignores that folder, so its results could "
+            "not be committed; pick a folder git keeps (runs/ is ignored)"
+        )
     evaluate = {} if args.evaluate else None
     if argv is None:  # from the command line: every run in this process, on the allocator
         allocator.relaunch(allocator.setting_in(train_flags))
     print(f"sweep: {len(points)} runs into {out}")
     try:
-        runs = sweep(points, out, train_flags, args.preset, evaluate, args.results,
-                     args.on_finish)  # fmt: skip
+        runs = sweep(points, out, train_flags, args.preset, evaluate, args.results, args.on_finish)
     except (*USER_ERRORS, ValueError) as err:
         raise SystemExit(one_line(err)) from None
     print(f"sweep: done; compare with: python train/compare.py {out}")

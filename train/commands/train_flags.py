@@ -79,8 +79,9 @@ def learner_setting_groups(configs: dict[str, type]) -> dict[tuple[str, ...], li
     return dict(sorted(groups.items(), key=lambda item: -len(item[0])))
 
 
-def learner_setting_help(name: str, learners: tuple[str, ...], configs: dict[str, type],
-                         algorithm: str) -> str:  # fmt: skip
+def learner_setting_help(
+    name: str, learners: tuple[str, ...], configs: dict[str, type], algorithm: str
+) -> str:
     """A learner setting's help: its documentation (the algorithm's own learner's first)
     and its default for this algorithm, per learner where they differ."""
     algo = ALGORITHMS[algorithm]
@@ -107,26 +108,34 @@ def make_parser(algorithm: str) -> argparse.ArgumentParser:
         epilog=_escaped(DEFAULTS_NOTE.format(algorithm=algorithm)),
     )
     parser.add_argument(
-        "--preset", choices=sorted(PRESETS),
+        "--preset",
+        choices=sorted(PRESETS),
         help="named settings layered over the algorithm's defaults, from "
         "cory_rl.train.config.presets (default: None)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--config", help="YAML file of settings, e.g. a run's config.yaml (default: None)"
     )
     parser.add_argument(
-        "--resume", metavar="RUN_DIR",
+        "--resume",
+        metavar="RUN_DIR",
         help="continue a run from its checkpoint, with its saved config (default: None)",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--algorithm", choices=sorted(ALGORITHMS), default=argparse.SUPPRESS,
+        "--algorithm",
+        choices=sorted(ALGORITHMS),
+        default=argparse.SUPPRESS,
         help=_escaped(field_help(TrainConfig, "algorithm", algorithm)),
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--import", action="append", dest="import_modules", metavar="MODULE", default=[],
+        "--import",
+        action="append",
+        dest="import_modules",
+        metavar="MODULE",
+        default=[],
         help="a module of your own to import first (it registers learners or tasks); "
         "repeatable (default: [])",
-    )  # fmt: skip
+    )
     layer = algorithm_defaults(algorithm)
     game = dataclasses.replace(
         GameSettings(), **{k: v for k, v in layer.items() if k in GAME_SETTINGS}
@@ -139,17 +148,21 @@ def make_parser(algorithm: str) -> argparse.ArgumentParser:
             f.name, field_default(TrainConfig, f.name)
         )
         run.add_argument(
-            f"--{f.name}", type=flag_value, default=argparse.SUPPRESS,
+            f"--{f.name}",
+            type=flag_value,
+            default=argparse.SUPPRESS,
             help=_escaped(field_help(TrainConfig, f.name, default)),
-        )  # fmt: skip
+        )
     played = parser.add_argument_group(
         "game settings (cory_env.core.GameSettings; also the keys of --game)"
     )
     for name in GAME_SETTINGS:
         played.add_argument(
-            f"--{name}", type=flag_value, default=argparse.SUPPRESS,
+            f"--{name}",
+            type=flag_value,
+            default=argparse.SUPPRESS,
             help=_escaped(field_help(GameSettings, name, getattr(game, name))),
-        )  # fmt: skip
+        )
     configs = learner_configs()
     for learners, names in learner_setting_groups(configs).items():
         every = len(learners) == len(configs)
@@ -157,10 +170,13 @@ def make_parser(algorithm: str) -> argparse.ArgumentParser:
         group = parser.add_argument_group(f"learner settings: {title} (also the keys of --learner)")
         for name in names:
             group.add_argument(
-                f"--{name}", type=flag_value, default=argparse.SUPPRESS, dest=f"learner.{name}",
+                f"--{name}",
+                type=flag_value,
+                default=argparse.SUPPRESS,
+                dest=f"learner.{name}",
                 metavar=name.upper(),
                 help=_escaped(learner_setting_help(name, learners, configs, algorithm)),
-            )  # fmt: skip
+            )
     return parser
 
 

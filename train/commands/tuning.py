@@ -19,8 +19,13 @@ def main(argv: list[str] | None = None) -> dict[str, Pilot | None]:
     parser.add_argument("--last", type=int, default=10, help="iterations averaged, from the end")
     parser.add_argument("--tie", type=float, default=0.01, help="closer than this is a tie")
     args = parser.parse_args(argv)
-    runs = sorted({p.parent for pattern in ("metrics.jsonl", "metrics.jsonl.gz")
-                   for p in args.pilots.glob(f"*/{pattern}")})  # fmt: skip
+    runs = sorted(
+        {
+            p.parent
+            for pattern in ("metrics.jsonl", "metrics.jsonl.gz")
+            for p in args.pilots.glob(f"*/{pattern}")
+        }
+    )
     if not runs:
         parser.error(f"{args.pilots} holds no run folders")
     try:

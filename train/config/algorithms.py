@@ -45,32 +45,54 @@ ALGORITHMS: dict[str, Algorithm] = {
         "ppo", 1, 1, learner=PPO_BASELINE, description="single-agent PPO, the paper's baseline"
     ),
     "cory": Algorithm(
-        "ppo", 2, 8, min_agents=2, game={"lam": 1.0}, learner=CORY_DEFAULTS,
+        "ppo",
+        2,
+        8,
+        min_agents=2,
+        game={"lam": 1.0},
+        learner=CORY_DEFAULTS,
         description="PPO agents in the pioneer/observer game: collective reward, role exchange",
     ),
     "reinforce": Algorithm(
-        "reinforce", 1, 1, learner=PPO_BASELINE,
+        "reinforce",
+        1,
+        1,
+        learner=PPO_BASELINE,
         description="REINFORCE with a baseline and the same per-token KL penalty, no critic",
     ),
     "elastic_reset": Algorithm(
-        "elastic_reset", 1, 1, learner={**PPO_BASELINE, "init_kl_coef": 0.001},
+        "elastic_reset",
+        1,
+        1,
+        learner={**PPO_BASELINE, "init_kl_coef": 0.001},
         description="PPO with Elastic Reset: reset to an EMA of itself every reset_freq its",
     ),
     "moe": Algorithm(
-        "ppo", 2, 2, min_agents=2,
+        "ppo",
+        2,
+        2,
+        min_agents=2,
         game={"lam": 0.0, "sees": "none", "role_exchange_period": NEVER},
         learner=PPO_BASELINE,
         description="two independent PPO agents; evaluation keeps the higher-valued answer",
     ),
     "rloo": Algorithm(
-        "rloo", 1, 1, game={"group_size": 4}, learner={**PPO_BASELINE, **RLOO_TRL},
+        "rloo",
+        1,
+        1,
+        game={"group_size": 4},
+        learner={**PPO_BASELINE, **RLOO_TRL},
         description="REINFORCE leave-one-out: k answers per query, no critic",
     ),
     "grpo": Algorithm(
-        "grpo", 1, 1, game={"group_size": 4}, learner={**PPO_BASELINE, **GRPO_TRL},
+        "grpo",
+        1,
+        1,
+        game={"group_size": 4},
+        learner={**PPO_BASELINE, **GRPO_TRL},
         description="group-normalised advantages with the clipped PPO loss, no critic",
     ),
-}  # fmt: skip
+}
 
 
 def algorithm_defaults(name: str) -> dict[str, Any]:

@@ -8,8 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-CPU_RUN: dict[str, Any] = {"batch_size": 32, "iterations": 60, "sample_every": 5,
-                           "checkpoint_every": 10}  # fmt: skip
+CPU_RUN: dict[str, Any] = {
+    "batch_size": 32,
+    "iterations": 60,
+    "sample_every": 5,
+    "checkpoint_every": 10,
+}
 """The length and batch of a run on 2 CPU cores (``cpu`` and ``cpu-paper``)."""
 CPU_UPDATE: dict[str, Any] = {"mini_batch_size": 32, "ppo_epochs": 4, "learning_rate": 1e-5}
 """Their updates: 4 optimiser steps per batch, one per epoch, as the official scripts take

@@ -94,8 +94,9 @@ def _merge(
     return dataclasses.replace(config, **values, learner=learner)
 
 
-def _layer_defaults(config: TrainConfig, values: dict[str, Any], source: str,
-                    optional: set[str]) -> TrainConfig:  # fmt: skip
+def _layer_defaults(
+    config: TrainConfig, values: dict[str, Any], source: str, optional: set[str]
+) -> TrainConfig:
     """A layer of defaults (an algorithm's, a preset's): its learner settings are optional."""
     config = _merge(config, values, source, optional)
     optional.update((values.get("learner") or {}).keys())
@@ -133,13 +134,18 @@ def build_config(
     algorithm = overrides.get("algorithm", file_values.get("algorithm", algorithm))
     checks.choice(algorithm, "algorithm", sorted(ALGORITHMS))
     optional: set[str] = set()
-    config = _layer_defaults(TrainConfig(algorithm=algorithm), algorithm_defaults(algorithm),
-                             f"algorithm {algorithm!r}", optional)  # fmt: skip
+    config = _layer_defaults(
+        TrainConfig(algorithm=algorithm),
+        algorithm_defaults(algorithm),
+        f"algorithm {algorithm!r}",
+        optional,
+    )
     if preset is not None:
         if preset not in PRESETS:
             raise checks.SettingError(f"unknown preset {preset!r}; presets are {sorted(PRESETS)}")
-        config = _layer_defaults(config, copy.deepcopy(PRESETS[preset]), f"preset {preset!r}",
-                                 optional)  # fmt: skip
+        config = _layer_defaults(
+            config, copy.deepcopy(PRESETS[preset]), f"preset {preset!r}", optional
+        )
         for_algorithm = PRESET_ALGORITHM_SETTINGS.get(preset, {}).get(algorithm)
         if for_algorithm:
             where = f"preset {preset!r} for {algorithm!r}"

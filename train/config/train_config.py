@@ -264,13 +264,19 @@ class TrainConfig:
             self.game.validate()
         except checks.SettingError as err:
             raise checks.SettingError(str(err).removeprefix("game: ")) from None
-        seats = (f"{algo.min_agents}..{algo.max_agents} seats" if algo.max_agents > 1
-                 else "1 seat: it is a single-agent baseline; several seats play --algorithm "
-                 "cory (or moe), with --learners to choose each seat's learner")  # fmt: skip
+        seats = (
+            f"{algo.min_agents}..{algo.max_agents} seats"
+            if algo.max_agents > 1
+            else "1 seat: it is a single-agent baseline; several seats play --algorithm "
+            "cory (or moe), with --learners to choose each seat's learner"
+        )
         checks.integer(
-            self.game.n_agents, "n_agents", minimum=algo.min_agents, maximum=algo.max_agents,
+            self.game.n_agents,
+            "n_agents",
+            minimum=algo.min_agents,
+            maximum=algo.max_agents,
             hint=f"algorithm {self.algorithm!r} plays {seats}",
-        )  # fmt: skip
+        )
         for name in ("models", "references", "learners"):
             mapping = getattr(self, name)
             if mapping is None:
@@ -313,10 +319,23 @@ class TrainConfig:
         check_task_settings(self.task, self.task_settings)
         checks.number(self.eta, "eta", minimum=0)
         checks.number(self.health_approx_kl, "health_approx_kl", minimum=0, exclusive_min=True)
-        checks.number(self.health_clipfrac, "health_clipfrac", minimum=0, maximum=1,
-                      exclusive_min=True, hint="a fraction of tokens")  # fmt: skip
-        for name in ("batch_size", "iterations", "sample_every", "checkpoint_every", "lora_r",
-                     "eval_samples", "eval_batch_size"):  # fmt: skip
+        checks.number(
+            self.health_clipfrac,
+            "health_clipfrac",
+            minimum=0,
+            maximum=1,
+            exclusive_min=True,
+            hint="a fraction of tokens",
+        )
+        for name in (
+            "batch_size",
+            "iterations",
+            "sample_every",
+            "checkpoint_every",
+            "lora_r",
+            "eval_samples",
+            "eval_batch_size",
+        ):
             checks.integer(getattr(self, name), name, minimum=1)
         checks.integer(self.n_samples, "n_samples", minimum=0)
         if not isinstance(self.imports, list) or not all(
@@ -325,8 +344,11 @@ class TrainConfig:
             raise checks.fail("imports", "a list of module names", self.imports)
         checks.integer(self.eval_every, "eval_every", minimum=0, hint="0 = off")
         checks.integer(self.eval_seed, "eval_seed", minimum=0)
-        checks.text(self.early_stopping_metric, "early_stopping_metric",
-                    hint="<role or all>/<number>, e.g. pioneer/reward")  # fmt: skip
+        checks.text(
+            self.early_stopping_metric,
+            "early_stopping_metric",
+            hint="<role or all>/<number>, e.g. pioneer/reward",
+        )
         if self.early_stopping_target is not None:
             checks.number(self.early_stopping_target, "early_stopping_target")
         if self.early_stopping_patience is not None:
@@ -402,8 +424,13 @@ def check_rollout_engine(config: TrainConfig) -> None:
         raise checks.fail("vllm_server_base_url", "a URL such as http://host:8000", url)
     checks.text(config.vllm_server_host, "vllm_server_host")
     checks.integer(config.vllm_server_port, "vllm_server_port", minimum=1, maximum=65535)
-    checks.number(config.vllm_server_timeout, "vllm_server_timeout", minimum=0,
-                  exclusive_min=True, hint="seconds")  # fmt: skip
+    checks.number(
+        config.vllm_server_timeout,
+        "vllm_server_timeout",
+        minimum=0,
+        exclusive_min=True,
+        hint="seconds",
+    )
 
 
 def check_learners(config: TrainConfig) -> None:

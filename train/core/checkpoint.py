@@ -169,8 +169,10 @@ def _queue_writes(
     writes = state_io.WriteQueue()
     for agent, learner in learners.items():
         learner.save(tmp / agent, writer=writes)
-    rng = {f"torch.{p}": torch.tensor(s.pop("torch_rng"), dtype=torch.uint8)
-           for p, s in enumerate(states)}  # fmt: skip
+    rng = {
+        f"torch.{p}": torch.tensor(s.pop("torch_rng"), dtype=torch.uint8)
+        for p, s in enumerate(states)
+    }
     for p, s in enumerate(states):
         for agent, streams in s.pop("learner_rng").items():
             rng.update({f"learner.{agent}.{name}.{p}": t for name, t in streams.items()})
@@ -276,8 +278,11 @@ def load_checkpoint(
         random.setstate((version, tuple(internal), gauss))
         for agent, learner in learners.items():
             prefix, suffix = f"learner.{agent}.", f".{own}"
-            streams = {k[len(prefix) : -len(suffix)]: t for k, t in rng.items()
-                       if k.startswith(prefix) and k.endswith(suffix)}  # fmt: skip
+            streams = {
+                k[len(prefix) : -len(suffix)]: t
+                for k, t in rng.items()
+                if k.startswith(prefix) and k.endswith(suffix)
+            }
             if streams:
                 learner.load_process_rng(streams)
         iteration = int(state["iteration"])

@@ -155,13 +155,22 @@ class HealthWatch:
 def health_table(paths: list[Path], band: Band | None = None) -> str:
     """A markdown table, one row per run found under ``paths``: its updates (agent x
     iteration), the medians over them and the share outside ``band``."""
-    runs = sorted({m.parent for p in paths for pattern in ("metrics.jsonl", "metrics.jsonl.gz")
-                   for m in ([Path(p) / pattern] if (Path(p) / pattern).is_file()
-                             else Path(p).rglob(pattern))})  # fmt: skip
+    runs = sorted(
+        {
+            m.parent
+            for p in paths
+            for pattern in ("metrics.jsonl", "metrics.jsonl.gz")
+            for m in (
+                [Path(p) / pattern] if (Path(p) / pattern).is_file() else Path(p).rglob(pattern)
+            )
+        }
+    )
     band = band or Band()
-    lines = [f"| run | updates | approx_kl median | clipfrac median | outside the band "
-             f"(approx_kl > {band.approx_kl:g} or clipfrac > {band.clipfrac:g}) |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"| run | updates | approx_kl median | clipfrac median | outside the band "
+        f"(approx_kl > {band.approx_kl:g} or clipfrac > {band.clipfrac:g}) |",
+        "|---|---|---|---|---|",
+    ]
     for run in runs:
         watch = HealthWatch(band).add_all(read_metrics(run))
         if not watch.updates:
@@ -169,6 +178,8 @@ def health_table(paths: list[Path], band: Band | None = None) -> str:
         kls = [k for h in watch.agents.values() for k in h.approx_kl]
         clips = [c for h in watch.agents.values() for c in h.clipfrac if c is not None]
         clip = f"{statistics.median(clips):.3f}" if clips else "n/a"
-        lines.append(f"| {run} | {watch.updates} | {statistics.median(kls):.3f} | {clip} | "
-                     f"{watch.unhealthy_share:.0%} |")  # fmt: skip
+        lines.append(
+            f"| {run} | {watch.updates} | {statistics.median(kls):.3f} | {clip} | "
+            f"{watch.unhealthy_share:.0%} |"
+        )
     return "\n".join(lines)

@@ -21,11 +21,23 @@ from cory_rl.train.config.train_config import TrainConfig
 from cory_rl.train.core import results
 from cory_rl.train.core.checkpoint import find_checkpoint
 
-RUN_OUTPUTS = frozenset({
-    "config.yaml", "metrics.jsonl", "samples.jsonl", "tensorboard", "curves.png",
-    "checkpoint", "checkpoint.old", "checkpoint.tmp", "checkpoint.trash", "eval.json", "eval.md",
-    "evals", "stopped.json",
-})  # fmt: skip
+RUN_OUTPUTS = frozenset(
+    {
+        "config.yaml",
+        "metrics.jsonl",
+        "samples.jsonl",
+        "tensorboard",
+        "curves.png",
+        "checkpoint",
+        "checkpoint.old",
+        "checkpoint.tmp",
+        "checkpoint.trash",
+        "eval.json",
+        "eval.md",
+        "evals",
+        "stopped.json",
+    }
+)
 """What a run writes into its folder; a folder holding anything else is never deleted."""
 
 

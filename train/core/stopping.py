@@ -54,15 +54,19 @@ class EarlyStopping:
         if not self.enabled or updates < self.min_updates:
             return None
         if self.target is not None and value >= self.target:
-            return (f"the held-out {self.metric} reached {value:.3f} after {updates} updates "
-                    f"(early_stopping_target {self.target:g})")  # fmt: skip
+            return (
+                f"the held-out {self.metric} reached {value:.3f} after {updates} updates "
+                f"(early_stopping_target {self.target:g})"
+            )
         if self.patience is not None and len(self.seen) > self.patience:
             values = [v for _, v in self.seen]
             before, last = max(values[: -self.patience]), max(values[-self.patience :])
             if last <= before + self.threshold:
-                return (f"the held-out {self.metric} did not rise above {before:.3f} by more "
-                        f"than {self.threshold:g} in the last {self.patience} evaluations "
-                        f"(after {updates} updates; early_stopping_patience)")  # fmt: skip
+                return (
+                    f"the held-out {self.metric} did not rise above {before:.3f} by more "
+                    f"than {self.threshold:g} in the last {self.patience} evaluations "
+                    f"(after {updates} updates; early_stopping_patience)"
+                )
         return None
 
 

@@ -24,9 +24,17 @@ from cory_rl.train.core.run_folder import EVAL_KEY, EVALS_DIR, eval_stem
 from cory_rl.train.evaluation import report
 from cory_rl.train.evaluation.evaluator import Evaluator, build_result, write_eval
 
-ROW_NUMBERS = ("reward", "kl", "distinct_2", "distinct_2_pooled", "repetitive",
-               "repetitive_words", "entropy", "observer_given_right",
-               "observer_given_wrong")  # fmt: skip
+ROW_NUMBERS = (
+    "reward",
+    "kl",
+    "distinct_2",
+    "distinct_2_pooled",
+    "repetitive",
+    "repetitive_words",
+    "entropy",
+    "observer_given_right",
+    "observer_given_wrong",
+)
 """The numbers of each role (and ``all``) that go into ``metrics.jsonl``."""
 
 
@@ -38,9 +46,13 @@ class TrainingEvaluations:
         self.folder = Path(run_path) / EVALS_DIR
         self.run_path = Path(run_path)
         self.evaluator = Evaluator(
-            config, tokenizers, samples=config.eval_samples, batch_size=config.eval_batch_size,
-            seed=config.eval_seed, max_queries=config.eval_queries,
-        )  # fmt: skip
+            config,
+            tokenizers,
+            samples=config.eval_samples,
+            batch_size=config.eval_batch_size,
+            seed=config.eval_seed,
+            max_queries=config.eval_queries,
+        )
         self.base: dict[str, list[Any]] | None = None
         self.writes = True
         """False on the other processes of a sharded run: they play, the main one writes."""
@@ -74,10 +86,16 @@ class TrainingEvaluations:
         model = report.REFERENCE if updates == 0 else report.TRAINED
         answers, shown, moe, common = self.evaluator.play(learners, model, self.config.n_samples)
         result = build_result(
-            self.evaluator, self.config, answers, run_dir=self.run_path, updates=updates,
-            base=self.base, samples={model: shown}, common=common,
+            self.evaluator,
+            self.config,
+            answers,
+            run_dir=self.run_path,
+            updates=updates,
+            base=self.base,
+            samples={model: shown},
+            common=common,
             moe={model: sum(moe) / len(moe)} if moe and self.config.algorithm == "moe" else None,
-        )  # fmt: skip
+        )
         if self.writes:
             write_eval(self.folder, result, eval_stem(updates))
         if updates == 0:

@@ -84,8 +84,10 @@ def seated_config(players: dict[str, Player], template: Any) -> Any:
     models, learners, references = {}, {}, {}
     # A base model or a folder samples as the template's first seat does.
     first_name, first_settings = next(iter(template.seat_learners().values()))
-    first = {"learner": first_name, **(dataclasses.asdict(first_settings) if first_settings
-                                       else {})}  # fmt: skip
+    first = {
+        "learner": first_name,
+        **(dataclasses.asdict(first_settings) if first_settings else {}),
+    }
     for seat, player in players.items():
         if player.run is not None:
             run_config = load_run_config(player.run, {"device": "cpu"})
@@ -107,15 +109,22 @@ def seated_config(players: dict[str, Player], template: Any) -> Any:
             if base is not None:
                 references[seat] = base  # a trained folder: its KL to its base, not to itself
     n = len(players)
-    kept = {k: v for k, v in template.to_dict().items()
-            if k not in ("learner", "learners", "models", "references", "run_dir")}  # fmt: skip
+    kept = {
+        k: v
+        for k, v in template.to_dict().items()
+        if k not in ("learner", "learners", "models", "references", "run_dir")
+    }
     values = {
         **kept,
-        "algorithm": "cory" if n > 1 else "ppo", "game": {**dataclasses.asdict(template.game),
-        "n_agents": n}, "device": "cpu" if template.device == "auto" else template.device,
-        "model": models[next(iter(players))], "models": models, "learners": learners,
-        "references": references or None, "report_to": ["none"],
-    }  # fmt: skip
+        "algorithm": "cory" if n > 1 else "ppo",
+        "game": {**dataclasses.asdict(template.game), "n_agents": n},
+        "device": "cpu" if template.device == "auto" else template.device,
+        "model": models[next(iter(players))],
+        "models": models,
+        "learners": learners,
+        "references": references or None,
+        "report_to": ["none"],
+    }
     return build_config(overrides=values, algorithm=values["algorithm"])
 
 
@@ -175,11 +184,13 @@ def play_seats(
         if player.run is not None:
             learners[seat].load(find_checkpoint(player.run) / player.agent)
     evaluator = Evaluator(
-        config, game.tokenizers, samples=options.get("samples") or config.eval_samples,
+        config,
+        game.tokenizers,
+        samples=options.get("samples") or config.eval_samples,
         batch_size=options.get("batch_size") or config.eval_batch_size,
         seed=options.get("seed") or config.eval_seed,
         max_queries=options.get("max_queries") or config.eval_queries,
-    )  # fmt: skip
+    )
     print(evaluator.size_line(), file=sys.stderr, flush=True)
     desc = " vs ".join(player.label for player in players.values())
     with progress_bar(evaluator.n_batches, desc=desc) as bar:
@@ -241,8 +252,9 @@ def pair_cells(
     cells = []
     for pioneer, observer in {("llm_0", "llm_1"), ("llm_1", "llm_0")}:
         numbers = pair_numbers(answers, pioneer, observer)
-        cells.append({"pioneer": seats[pioneer].label, "observer": seats[observer].label,
-                      **numbers})  # fmt: skip
+        cells.append(
+            {"pioneer": seats[pioneer].label, "observer": seats[observer].label, **numbers}
+        )
     return cells, rss_peak_mb(), os.getpid()
 
 
@@ -251,16 +263,25 @@ def write_matrix(cells: list[dict[str, Any]], out: Path) -> tuple[Path, Path]:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = out / "cross_play.csv", out / "cross_play.png"
-    columns = ["pioneer", "observer", "games", "observer_reward", "observer_low",
-               "observer_high", "pair_reward", "pair_low", "pair_high"]  # fmt: skip
+    columns = [
+        "pioneer",
+        "observer",
+        "games",
+        "observer_reward",
+        "observer_low",
+        "observer_high",
+        "pair_reward",
+        "pair_low",
+        "pair_high",
+    ]
     with csv_path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(columns)
         for c in cells:
-            numbers = [c["observer_reward"], *c["observer_ci95"], c["pair_reward"],
-                       *c["pair_ci95"]]  # fmt: skip
-            writer.writerow([c["pioneer"], c["observer"], c["games"],
-                             *(f"{x:.4f}" for x in numbers)])  # fmt: skip
+            numbers = [c["observer_reward"], *c["observer_ci95"], c["pair_reward"], *c["pair_ci95"]]
+            writer.writerow(
+                [c["pioneer"], c["observer"], c["games"], *(f"{x:.4f}" for x in numbers)]
+            )
     labels = list(dict.fromkeys(c["pioneer"] for c in cells))
     index = {label: i for i, label in enumerate(labels)}
     fig = Figure(figsize=(6 + 1.6 * len(labels), 1.2 + 0.8 * len(labels)))
@@ -273,8 +294,15 @@ def write_matrix(cells: list[dict[str, Any]], out: Path) -> tuple[Path, Path]:
         for (i, j), value in np.ndenumerate(grid):
             cell = next(c for c in cells if (c["pioneer"], c["observer"]) == (labels[i], labels[j]))
             low, high = cell[f"{name}_ci95"]
-            ax.text(j, i, f"{value:.2f}\n[{low:.2f}, {high:.2f}]", ha="center", va="center",
-                    fontsize=7, color="white")  # fmt: skip
+            ax.text(
+                j,
+                i,
+                f"{value:.2f}\n[{low:.2f}, {high:.2f}]",
+                ha="center",
+                va="center",
+                fontsize=7,
+                color="white",
+            )
         ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=7)
         ax.set_yticks(range(len(labels)), labels, fontsize=7)
         ax.set_xlabel("observer")

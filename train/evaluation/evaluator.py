@@ -78,9 +78,12 @@ class Evaluator:
             dropped = drop_training_queries(game, config)
             self.note += f" ({dropped} of them dropped)"
         self.eval_set = EvalSet.build(
-            [q.text for q in game.task.queries], samples, seed,
-            (game.budget_low, game.budget_high), max_queries,
-        )  # fmt: skip
+            [q.text for q in game.task.queries],
+            samples,
+            seed,
+            (game.budget_low, game.budget_high),
+            max_queries,
+        )
         size, self.batches = self.eval_set.batches(batch_size)
         self.items = self.eval_set.items()  # (query, sample) of every answer, computed once
         self.budgets = self.eval_set.budgets()
@@ -107,11 +110,13 @@ class Evaluator:
     def describe(self) -> dict[str, Any]:
         return {
             "held_out": {
-                "held_out": self.held_out, "note": self.note, "task_settings": self.task_settings
+                "held_out": self.held_out,
+                "note": self.note,
+                "task_settings": self.task_settings,
             },
             "eval_set": self.eval_set.describe(),
             "answer_checked": self.checked,
-        }  # fmt: skip
+        }
 
     def play(
         self, learners: dict[str, Any], model: str, show: int = 3, progress: Any = None
@@ -151,11 +156,13 @@ class Evaluator:
         the MoE score of each game when two seats report values."""
         game, es = self.game, self.eval_set
         queries, samples = (column[padded(items, game.batch_size)] for column in self.items)
-        game.reset(options={
-            "episode": episode,
-            "queries": np.asarray(es.task_index)[queries],
-            "budgets": self.budgets[queries, samples],
-        })  # fmt: skip
+        game.reset(
+            options={
+                "episode": episode,
+                "queries": np.asarray(es.task_index)[queries],
+                "budgets": self.budgets[queries, samples],
+            }
+        )
         roles = game.roles_for_episode(game.episode)
         for i, agent in enumerate(game.possible_agents):
             if isinstance(learners[agent], CommonNoise):
@@ -264,18 +271,27 @@ def evaluate(
     training played."""
     if run_dir is None and not reference:
         raise ValueError("nothing to evaluate: no run and no reference")
-    given = {"eval_samples": samples, "eval_batch_size": batch_size, "eval_seed": seed,
-             "eval_queries": max_queries, "device": device}  # fmt: skip
+    given = {
+        "eval_samples": samples,
+        "eval_batch_size": batch_size,
+        "eval_seed": seed,
+        "eval_queries": max_queries,
+        "device": device,
+    }
     config = dataclasses.replace(config, **{k: v for k, v in given.items() if v is not None})
     config.validate()  # the evaluation's settings too, before any model loads
     # a run without a checkpoint fails before models load; the base model plays first
     trained = build_trained(config, run_dir, weights=False)
     game, learners = trained.game, trained.learners
     evaluator = Evaluator(
-        config, game.tokenizers, samples=config.eval_samples,
-        batch_size=config.eval_batch_size, seed=config.eval_seed,
-        max_queries=config.eval_queries, task_settings=task_settings,
-    )  # fmt: skip
+        config,
+        game.tokenizers,
+        samples=config.eval_samples,
+        batch_size=config.eval_batch_size,
+        seed=config.eval_seed,
+        max_queries=config.eval_queries,
+        task_settings=task_settings,
+    )
     if not evaluator.held_out:
         warnings.warn(f"evaluating on training queries: {evaluator.note}", stacklevel=2)
     todo = ([report.REFERENCE] if reference else []) + ([report.TRAINED] if run_dir else [])
@@ -291,10 +307,17 @@ def evaluate(
             if config.algorithm == "moe" and scores:
                 moe[model] = float(np.mean(scores))
     return build_result(
-        evaluator, config, report.concat(*tables), run_dir=run_dir, samples=shown, moe=moe,
-        common=common, etas=etas, updates=_checkpoint_updates(run_dir),
+        evaluator,
+        config,
+        report.concat(*tables),
+        run_dir=run_dir,
+        samples=shown,
+        moe=moe,
+        common=common,
+        etas=etas,
+        updates=_checkpoint_updates(run_dir),
         reference_is=reference_kinds(learners) if reference else None,
-    )  # fmt: skip
+    )
 
 
 def progress_bar(batches: int, desc: str = "evaluating") -> Any:
@@ -306,8 +329,10 @@ def progress_bar(batches: int, desc: str = "evaluating") -> Any:
 def reference_kinds(learners: dict[str, Any]) -> dict[str, str]:
     """What the ``reference`` rows of each seat are: an LLM learner's untrained policy is
     its base model; a learner with no base model (not an LLM) is a freshly built copy."""
-    return {agent: BASE_MODEL if isinstance(learner, Exportable) else UNTRAINED
-            for agent, learner in learners.items()}  # fmt: skip
+    return {
+        agent: BASE_MODEL if isinstance(learner, Exportable) else UNTRAINED
+        for agent, learner in learners.items()
+    }
 
 
 def _checkpoint_updates(run_dir: Path | None) -> int | None:

@@ -23,9 +23,19 @@ import numpy as np
 from cory_rl.train.evaluation import inference, measures
 
 ANSWER_COLUMNS = (
-    "model", "agent", "role", "query", "sample", "budget",
-    "reward", "kl", "entropy", "length", "hit_budget", "text",
-)  # fmt: skip
+    "model",
+    "agent",
+    "role",
+    "query",
+    "sample",
+    "budget",
+    "reward",
+    "kl",
+    "entropy",
+    "length",
+    "hit_budget",
+    "text",
+)
 """One list per column, one entry per answer (``eval.json["answers"]``)."""
 REFERENCE, TRAINED = "reference", "trained"
 """Model labels: the untrained base model, and the agents of a run."""
@@ -90,8 +100,11 @@ def paired_difference(
     keys = ("agent", "role", "query", "sample")
     base_rows = rows_where(base, model=model)
     by_key = {tuple(base[k][i] for k in keys): base["reward"][i] for i in base_rows}
-    pairs = [(answers["query"][i], answers["reward"][i] - by_key[key])
-             for i in rows if (key := tuple(answers[k][i] for k in keys)) in by_key]  # fmt: skip
+    pairs = [
+        (answers["query"][i], answers["reward"][i] - by_key[key])
+        for i in rows
+        if (key := tuple(answers[k][i] for k in keys)) in by_key
+    ]
     if not pairs:
         return None
     queries, diffs = (np.asarray(x) for x in zip(*pairs, strict=True))
@@ -164,9 +177,14 @@ def reference_use(answers: dict[str, list[Any]], model: str) -> dict[str, Any] |
     agents = sorted({answers["agent"][i] for i in rows})
     if len(agents) != 2 or "observer" not in {answers["role"][i] for i in rows}:
         return None
-    pioneer = {(answers["agent"][i], answers["query"][i], answers["sample"][i]):
-               float(answers["reward"][i]) >= 1.0
-               for i in rows if answers["role"][i] == "pioneer"}  # fmt: skip
+    pioneer = {
+        (answers["agent"][i], answers["query"][i], answers["sample"][i]): float(
+            answers["reward"][i]
+        )
+        >= 1.0
+        for i in rows
+        if answers["role"][i] == "pioneer"
+    }
     given: dict[bool, list[float]] = {True: [], False: []}
     for i in rows:
         if answers["role"][i] != "observer":
@@ -198,8 +216,14 @@ def summarise(
     for model, agent, role in cells(answers):
         picked = rows_where(answers, model=model, agent=agent, role=role)
         paired = base if model != REFERENCE else None
-        rows.append({"model": model, "agent": agent, "role": role,
-                     **cell_metrics(answers, picked, etas, checked, paired)})  # fmt: skip
+        rows.append(
+            {
+                "model": model,
+                "agent": agent,
+                "role": role,
+                **cell_metrics(answers, picked, etas, checked, paired),
+            }
+        )
     summary: dict[str, dict[str, Any]] = {}
     for model in dict.fromkeys(m for m, _, _ in cells(answers)):
         roles = sorted({r for m, _, r in cells(answers) if m == model}, key=_role_key)
@@ -271,50 +295,92 @@ def to_markdown(result: dict[str, Any]) -> str:
     lines = [head, "", notes, ""]
     if result.get("references"):
         measured = ", ".join(f"{seat} against {ref}" for seat, ref in result["references"].items())
-        lines += [f"KL of seated model folders to the base they share a vocabulary with: "
-                  f"{measured}.", ""]  # fmt: skip
-    untrained = [a for a, kind in (result.get("reference_is") or {}).items()
-                 if not kind.startswith("the base model")]  # fmt: skip
+        lines += [
+            f"KL of seated model folders to the base they share a vocabulary with: {measured}.",
+            "",
+        ]
+    untrained = [
+        a
+        for a, kind in (result.get("reference_is") or {}).items()
+        if not kind.startswith("the base model")
+    ]
     if untrained:
-        lines += [f"The reference rows of {', '.join(untrained)} are an untrained copy of the "
-                  "seat's learner: it has no base model.", ""]  # fmt: skip
-    cols = ["model", "agent", "role", "answers", "reward", "95% CI", "reward - base", "95% CI",
-            "KL", *(f"r - {eta:g} KL" for eta in etas)]  # fmt: skip
+        lines += [
+            f"The reference rows of {', '.join(untrained)} are an untrained copy of the "
+            "seat's learner: it has no base model.",
+            "",
+        ]
+    cols = [
+        "model",
+        "agent",
+        "role",
+        "answers",
+        "reward",
+        "95% CI",
+        "reward - base",
+        "95% CI",
+        "KL",
+        *(f"r - {eta:g} KL" for eta in etas),
+    ]
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         rw, kl, obj, diff = r["reward"], r["kl"], r["objective"] or {}, r["reward_minus_base"]
-        cells_ = [r["model"], r["agent"], r["role"], str(rw["n"]),
-                  f"{rw['mean']:.3f} ± {rw['std']:.3f}", _interval(rw["ci95"]),
-                  "" if diff is None else f"{diff['mean']:+.3f}",
-                  "" if diff is None else _interval(diff["ci95"]),
-                  "" if kl is None else f"{kl['mean']:.3f} ± {kl['std']:.3f}"]  # fmt: skip
+        cells_ = [
+            r["model"],
+            r["agent"],
+            r["role"],
+            str(rw["n"]),
+            f"{rw['mean']:.3f} ± {rw['std']:.3f}",
+            _interval(rw["ci95"]),
+            "" if diff is None else f"{diff['mean']:+.3f}",
+            "" if diff is None else _interval(diff["ci95"]),
+            "" if kl is None else f"{kl['mean']:.3f} ± {kl['std']:.3f}",
+        ]
         cells_ += [_num(obj.get(f"{eta:g}")) if obj else "" for eta in etas]
         lines.append("| " + " | ".join(cells_) + " |")
     lines.append("")
-    cols = ["model", "agent", "role", *(f"pass@{k}" for k in ks),
-            "distinct-1 (answer)", "distinct-2 (answer)",
-            f"distinct-1 (pooled {measures.DISTINCT_POOL})",
-            f"distinct-2 (pooled {measures.DISTINCT_POOL})",
-            "repetitive (tokens)", "repetitive (words)", "hit budget", "length",
-            "entropy"]  # fmt: skip
+    cols = [
+        "model",
+        "agent",
+        "role",
+        *(f"pass@{k}" for k in ks),
+        "distinct-1 (answer)",
+        "distinct-2 (answer)",
+        f"distinct-1 (pooled {measures.DISTINCT_POOL})",
+        f"distinct-2 (pooled {measures.DISTINCT_POOL})",
+        "repetitive (tokens)",
+        "repetitive (words)",
+        "hit budget",
+        "length",
+        "entropy",
+    ]
     lines += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         passes = r["pass@k"] or {}
         cells_ = [r["model"], r["agent"], r["role"], *(_num(passes.get(str(k))) for k in ks)]
-        cells_ += [_num(r["distinct_1"]), _num(r["distinct_2"]),
-                   _num(r["distinct_1_pooled"]), _num(r["distinct_2_pooled"]),
-                   _num(r["repetitive"]), _num(r.get("repetitive_words")),
-                   _num(r["hit_budget"]), _num(r["length"], 1),
-                   _num(r["entropy"])]  # fmt: skip
+        cells_ += [
+            _num(r["distinct_1"]),
+            _num(r["distinct_2"]),
+            _num(r["distinct_1_pooled"]),
+            _num(r["distinct_2_pooled"]),
+            _num(r["repetitive"]),
+            _num(r.get("repetitive_words")),
+            _num(r["hit_budget"]),
+            _num(r["length"], 1),
+            _num(r["entropy"]),
+        ]
         lines.append("| " + " | ".join(cells_) + " |")
     for model, points in result["summary"].items():
         observer = points.get("observer", {})
         if "pioneer_right" in observer:
-            lines += ["", f"Reference use ({model}): the observer's pass@1 is "
-                      f"{_num(observer['observer_given_right'])} after a right pioneer answer "
-                      f"({observer['pioneer_right']} games) and "
-                      f"{_num(observer['observer_given_wrong'])} after a wrong one "
-                      f"({observer['pioneer_wrong']} games)."]  # fmt: skip
+            lines += [
+                "",
+                f"Reference use ({model}): the observer's pass@1 is "
+                f"{_num(observer['observer_given_right'])} after a right pioneer answer "
+                f"({observer['pioneer_right']} games) and "
+                f"{_num(observer['observer_given_wrong'])} after a wrong one "
+                f"({observer['pioneer_wrong']} games).",
+            ]
     if result.get("score_moe"):
         moe = ", ".join(f"{m} {v:.3f}" for m, v in result["score_moe"].items())
         lines += ["", f"MoE (per query the answer of higher value): reward {moe}."]

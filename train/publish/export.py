@@ -73,16 +73,27 @@ def export_run(
         if not isinstance(learner, Exportable):
             print(f"{agent}: its learner has no LLM policy to export; skipped")
             continue
-        info = {"run": str(run_dir), "iteration": iteration, "agent": agent,
-                "model": config.seat_models()[agent]}  # fmt: skip
+        info = {
+            "run": str(run_dir),
+            "iteration": iteration,
+            "agent": agent,
+            "model": config.seat_models()[agent],
+        }
         partial = out_dir / f"{agent}.partial"
         shutil.rmtree(partial, ignore_errors=True)
         learner.export(partial, game.tokenizers[i], merge, info)
         name, settings = seats[agent]
         contents = json.loads((partial / "cory_export.json").read_text())["contents"]
-        card = model_card(config=config, agent=agent, learner_name=name,
-                          learner_settings=settings, updates=iteration + 1, contents=contents,
-                          evaluation=evaluation, base_evaluation=base)  # fmt: skip
+        card = model_card(
+            config=config,
+            agent=agent,
+            learner_name=name,
+            learner_settings=settings,
+            updates=iteration + 1,
+            contents=contents,
+            evaluation=evaluation,
+            base_evaluation=base,
+        )
         card.save(partial / "README.md")
         swap_in(partial, out_dir / agent)
         exported[agent] = out_dir / agent

@@ -52,15 +52,20 @@ def check_hub(api: Any = None) -> Any:
     return api
 
 
-def push_folders(api: Any, folders: dict[str, Path], repos: dict[str, str],
-                 private: bool) -> dict[str, str]:  # fmt: skip
+def push_folders(
+    api: Any, folders: dict[str, Path], repos: dict[str, str], private: bool
+) -> dict[str, str]:
     """Create each repository (kept if it exists) and upload the agent's folder to it."""
     urls = {}
     for agent, folder in folders.items():
         repo = repos[agent]
         api.create_repo(repo, repo_type="model", private=private, exist_ok=True)
-        api.upload_folder(repo_id=repo, folder_path=str(folder), repo_type="model",
-                          commit_message=f"{agent}, exported by cory")  # fmt: skip
+        api.upload_folder(
+            repo_id=repo,
+            folder_path=str(folder),
+            repo_type="model",
+            commit_message=f"{agent}, exported by cory",
+        )
         urls[agent] = f"https://huggingface.co/{repo}"
         print(f"{agent} -> {urls[agent]}")
     return urls

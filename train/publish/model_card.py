@@ -71,19 +71,21 @@ def _evaluation_table(rows: list[dict[str, Any]], evaluation: dict[str, Any]) ->
     eval_set = evaluation.get("eval_set", {})
     updates = evaluation.get("updates")
     when = f" after {updates} updates" if updates is not None else ""
-    return "\n".join([
-        textwrap.fill(
-            f"Evaluated{when} on {held_out.get('note', 'held-out queries')}: "
-            f"{_count(len(eval_set.get('queries', [])), 'query')}, "
-            f"{_count(eval_set.get('samples', 0), 'answer')} to each per role; the base model "
-            "answered with the same random numbers (common random numbers), and the intervals "
-            "are bootstraps over queries.",
-            width=90,
-            break_on_hyphens=False,
-        ),
-        "",
-        *lines,
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            textwrap.fill(
+                f"Evaluated{when} on {held_out.get('note', 'held-out queries')}: "
+                f"{_count(len(eval_set.get('queries', [])), 'query')}, "
+                f"{_count(eval_set.get('samples', 0), 'answer')} to each per role; the base model "
+                "answered with the same random numbers (common random numbers), and the intervals "
+                "are bootstraps over queries.",
+                width=90,
+                break_on_hyphens=False,
+            ),
+            "",
+            *lines,
+        ]
+    )
 
 
 def model_card(

@@ -38,8 +38,10 @@ def run_training(config: TrainConfig, resume_dir: Path | None = None) -> RunDire
     accelerator = make_accelerator(config)
     processes = Processes(accelerator)
     if processes.num > 1 and config.run_dir is None and resume_dir is None:
-        raise SettingError("several processes need one --run_dir (a time-stamped default "
-                           "could differ between them)")  # fmt: skip
+        raise SettingError(
+            "several processes need one --run_dir (a time-stamped default "
+            "could differ between them)"
+        )
     locks: list[RunLock] = []
     if processes.is_main and run_path.is_dir():
         locks.append(RunLock(run_path))
@@ -79,15 +81,19 @@ def _train_in(
             "all processes share) or rollout_engine none"
         )
     if resume_dir is not None and (stop := stopped(run_path)) is not None:
-        print(f"nothing to do: {run_path} stopped by its early-stopping rule after "
-              f"{stop['updates']} updates ({stop['reason']}); to train on regardless, delete "
-              f"{run_path / MARKER} and resume")  # fmt: skip
+        print(
+            f"nothing to do: {run_path} stopped by its early-stopping rule after "
+            f"{stop['updates']} updates ({stop['reason']}); to train on regardless, delete "
+            f"{run_path / MARKER} and resume"
+        )
         return None
     if resume_dir is not None:
         done = checkpoint_updates(run_path)
         if done >= config.iterations:
-            print(f"nothing to do: {run_path} has done {done} iterations and --iterations is "
-                  f"{config.iterations}; raise --iterations to train further")  # fmt: skip
+            print(
+                f"nothing to do: {run_path} has done {done} iterations and --iterations is "
+                f"{config.iterations}; raise --iterations to train further"
+            )
             return None
     if processes.is_main:
         for note in prepare_trackers(config.report_to, run_path):
@@ -101,11 +107,16 @@ def _train_in(
     processes.wait()  # the others start once the folder is theirs
     trackers = Trackers(config, run_path) if processes.is_main else None
     run = train(
-        config, learners, game, run_path, resume_dir is not None, processes,
+        config,
+        learners,
+        game,
+        run_path,
+        resume_dir is not None,
+        processes,
         callbacks=[trackers] if trackers is not None else [],
         evaluations=lambda path: TrainingEvaluations(config, game.tokenizers, path),
         plots=plot_run,
-    )  # fmt: skip
+    )
     if run is not None:
         summary = run_summary(run.path, Band(config.health_approx_kl, config.health_clipfrac))
         print(summary)

@@ -32,8 +32,17 @@ def completion_rows(iteration: int, samples: list[dict[str, Any]]) -> list[list[
     for sample in samples:
         for role, seat in sample.items():
             if isinstance(seat, dict) and "response" in seat:
-                rows.append([iteration, sample.get("query"), role, seat.get("agent"),
-                             seat["response"], seat.get("score"), seat.get("reward")])  # fmt: skip
+                rows.append(
+                    [
+                        iteration,
+                        sample.get("query"),
+                        role,
+                        seat.get("agent"),
+                        seat["response"],
+                        seat.get("score"),
+                        seat.get("reward"),
+                    ]
+                )
     return rows
 
 
@@ -81,8 +90,11 @@ class Trackers(Callback):
 
     def on_row(self, row: dict[str, Any]) -> None:
         self.step = int(row.get(EVAL_KEY, row["iteration"]))
-        values = {k: v for k, v in row.items()
-                  if isinstance(v, (int, float)) and k not in ("iteration", EVAL_KEY)}  # fmt: skip
+        values = {
+            k: v
+            for k, v in row.items()
+            if isinstance(v, (int, float)) and k not in ("iteration", EVAL_KEY)
+        }
         for tracker in self.by_name.values():
             tracker.log(values, step=self.step)
 
@@ -93,14 +105,18 @@ class Trackers(Callback):
             return
         for name, tracker in self.by_name.items():
             if name == "wandb":
-                tracker.log_table("completions", columns=COMPLETION_COLUMNS, data=rows,
-                                  step=iteration)  # fmt: skip
+                tracker.log_table(
+                    "completions", columns=COMPLETION_COLUMNS, data=rows, step=iteration
+                )
             elif name == "mlflow":
                 import mlflow
 
                 columns = {c: [r[i] for r in rows] for i, c in enumerate(COMPLETION_COLUMNS)}
-                mlflow.log_table(columns, f"completions/iteration_{iteration:06d}.json",
-                                 run_id=tracker.active_run.info.run_id)  # fmt: skip
+                mlflow.log_table(
+                    columns,
+                    f"completions/iteration_{iteration:06d}.json",
+                    run_id=tracker.active_run.info.run_id,
+                )
             elif name == "trackio":
                 import trackio
 
