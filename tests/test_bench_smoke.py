@@ -48,7 +48,7 @@ SLOW = {
 
 def scripts() -> list:
     return [
-        pytest.param(name, marks=[pytest.mark.slow] if name in SLOW else [], id=name[:-3])
+        pytest.param(name, marks=[pytest.mark.bench] if name in SLOW else [], id=name[:-3])
         for name in SCRIPTS
     ]
 

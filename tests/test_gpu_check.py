@@ -74,7 +74,7 @@ def check(tmp_path: Path, *flags: str) -> dict:
     return data
 
 
-@pytest.mark.slow
+@pytest.mark.bench
 def test_dry_run_takes_every_step_and_writes_the_report(tmp_path):
     data = check(tmp_path, "--smoke")  # --smoke: the bench scripts' name for --dry-run
     assert data["problems"] == [] and data["skipped_for_time"] == []
