@@ -42,7 +42,8 @@ class Learner:
     def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
         """The batch of games ended: this seat's final observation and rewards: ``(B,)`` in
         a game of one round, ``(B, rounds)`` (one column per turn, in order) in a game of
-        several, whose turns :meth:`end_turn` announced."""
+        several, whose turns :meth:`end_turn` announced; there NaN marks a turn of a round
+        the game did not score (it paid nothing: ``pay_every_round`` false)."""
         raise NotImplementedError(f"{type(self).__name__} must define end_rollout()")
 
     def learn(self) -> dict[str, float]:

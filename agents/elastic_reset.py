@@ -112,6 +112,7 @@ class ElasticReset(Learner):
 
     name = "elastic_reset"
     takes_engine = True
+    multi_turn = True
 
     def __init__(self, agent: PPOAgent, ema_decay: float, reset_freq: int) -> None:
         agent.name = self.name  # its checkpoint says which learner wrote it
@@ -141,6 +142,9 @@ class ElasticReset(Learner):
 
     def attach_engine(self, engine: Any, eos_token_id: int) -> None:
         self.agent.attach_engine(engine, eos_token_id)
+
+    def end_turn(self, num_generated: np.ndarray) -> None:
+        self.agent.end_turn(num_generated)
 
     def discard_turn(self) -> None:
         self.agent.discard_turn()

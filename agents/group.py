@@ -39,12 +39,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 from cory_env import checks
 from cory_rl.agents import engine_correction as ec
 from cory_rl.agents import pg_math as pg
 from cory_rl.agents import ppo_math as pm
+from cory_rl.agents import turns
 from cory_rl.agents.dynamic_sampling import DynamicSampling
 from cory_rl.agents.llm import LLMConfig, LLMLearner
 from cory_rl.agents.policy import PolicyWithValue, Reference
@@ -178,8 +180,16 @@ class GroupAgent(LLMLearner):
         if config.dynamic_sampling:
             self.dynamic = DynamicSampling(group_size, config.max_extra_batches, pad_token_id)
 
+    def turn_credit(self, rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """In a game of several rounds each turn is one answer of its own group (the query's
+        k answers at that turn, AT-GRPO's groups), credited with its return, the rewards of
+        its turn and the later ones (``agents/turns.py``); the KL penalty it pays is its own
+        answer's."""
+        returns = turns.turn_returns(rewards)
+        return returns, np.ones(returns.shape, dtype=bool)
+
     def end_rollout(self, obs: dict[str, Any], rewards: Any) -> None:
-        """Keep the finished turn; with dynamic sampling, only its groups that differ."""
+        """Keep the finished turn(s); with dynamic sampling, only the groups that differ."""
         super().end_rollout(obs, rewards)
         if self.dynamic is not None:
             self.rollout = self.dynamic.add(self.rollout)

@@ -37,7 +37,7 @@ from cory_rl.agents.llm_acting import TokenSampler, next_token
 from cory_rl.agents.llm_engine_seat import EngineSeat, engine_logprobs
 from cory_rl.agents.llm_reference import RewardShaping, ShapedRollout
 from cory_rl.agents.policy import PolicyWithValue, Reference
-from cory_rl.agents.rollout import Rollout, Turn
+from cory_rl.agents.rollout import Rollout, Turn, concat_rollouts
 from cory_rl.agents.update import LossFn, Optimisation, minibatch_update
 
 
@@ -227,6 +227,7 @@ class LLMLearner(Learner):
     has_critic = True
     can_restart = True
     takes_engine = True
+    multi_turn = True
 
     def __init__(
         self,
@@ -258,6 +259,8 @@ class LLMLearner(Learner):
         """The turn being played (None between turns); read by the benchmark."""
         self.rollout: Rollout | None = None
         """The rollout collected since the last update (None = nothing yet)."""
+        self.closed_turns: list[Rollout] = []
+        """In a game of several rounds, this episode's turns so far (:meth:`end_turn`)."""
         self.weights_version = 0
         """Counts changes of the weights (updates, loads, resets); an engine reloads them
         when it differs from the version it holds."""
@@ -323,23 +326,59 @@ class LLMLearner(Learner):
         """The game moved on from this seat's turn: free the weights gathered for it."""
         self.optimisation.release_weights()
 
+    def end_turn(self, num_generated: np.ndarray) -> None:
+        """In a game of several rounds: keep the turn that ended (its ``num_generated``
+        tokens per row accepted) until the episode's rewards come (:meth:`end_rollout`)."""
+        self.closed_turns.append(self._close_turn(num_generated, np.zeros(len(num_generated))))
+        self.turn = None
+
     def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
-        """Keep the finished turn for :meth:`learn`."""
+        """Keep the finished turn, or in a game of several rounds the turns :meth:`end_turn`
+        kept with their rewards ``(B, rounds)``, for :meth:`learn`."""
         with self.watch("end_rollout", obs=obs):
-            self.rollout = self._close_turn(obs, rewards)
+            rewards = np.asarray(rewards)
+            if rewards.ndim == 2:
+                self.rollout = self._episodes_rollout(rewards)
+            else:
+                self.rollout = self._close_turn(obs["num_generated"], rewards)
         self.turn = None
 
     def discard_turn(self) -> None:
-        """Let the finished turn go and keep the rollout already collected (a batch the
+        """Let the finished turn(s) go and keep the rollout already collected (a batch the
         loop played for another seat's dynamic sampling)."""
         self.turn = None
+        self.closed_turns = []
 
-    def _close_turn(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> Rollout:
+    def turn_credit(self, rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """What each turn of a game of several rounds is credited with, from the rewards
+        ``(B, K)`` the game paid (NaN: a turn not paid), and whether it was paid: here the
+        turn's own reward, later ones reaching it through the learner's discount."""
+        return np.nan_to_num(rewards, nan=0.0), ~np.isnan(rewards)
+
+    def _episodes_rollout(self, rewards: np.ndarray) -> Rollout:
+        """The turns :meth:`end_turn` kept, one row each (turn after turn, each turn's B
+        games), credited as :meth:`turn_credit` says."""
+        turns, self.closed_turns = self.closed_turns, []
+        B, K = rewards.shape
+        if len(turns) != K:
+            raise RuntimeError(
+                f"end_rollout() with rewards for {K} turns after {len(turns)} end_turn() calls"
+            )
+        credit, paid = self.turn_credit(rewards)
+        for k, turn in enumerate(turns):
+            turn.rewards = torch.as_tensor(credit[:, k], dtype=torch.float32)
+        rollout = concat_rollouts(turns, self.pad_token_id)
+        rollout.episode = torch.arange(B).repeat(K)
+        rollout.turn = torch.arange(K).repeat_interleave(B)
+        rollout.paid = torch.as_tensor(paid.T.reshape(-1))
+        return rollout
+
+    def _close_turn(self, num_generated: np.ndarray, rewards: np.ndarray) -> Rollout:
         """The turn as a rollout: the tokens the game accepted and the rewards it paid."""
         turn = self.turn
         if turn is None or not turn.tokens:
             raise RuntimeError("end_rollout() without a turn: act() was never called this game")
-        accepted = torch.as_tensor(np.asarray(obs["num_generated"]), dtype=torch.long)
+        accepted = torch.as_tensor(np.asarray(num_generated), dtype=torch.long)
         mask = (torch.arange(len(turn.tokens))[None, :] < accepted[:, None]).long()
         tokens = torch.stack(turn.tokens, dim=1)
         return Rollout(
@@ -359,7 +398,7 @@ class LLMLearner(Learner):
         """Summed KL to the reference, summed log-prob, mean entropy and final value per game."""
         if self.turn is None or not self.turn.tokens:
             return {}
-        rollout = self._close_turn(obs, np.zeros(len(obs["num_generated"])))
+        rollout = self._close_turn(obs["num_generated"], np.zeros(len(obs["num_generated"])))
         mask = rollout.mask.float()
         lengths = mask.sum(dim=1)
         last = (lengths.long() - 1).clamp(min=0)[:, None]
@@ -438,7 +477,8 @@ class LLMLearner(Learner):
     def finish(self, shaped: ShapedRollout) -> dict[str, float]:
         """Update the KL controller from the batch's mean summed KL (over every process);
         return the statistics every LLM learner reports (the loop's ``kl`` is
-        ``objective/kl``)."""
+        ``objective/kl``). In a game of several rounds an answer is a turn: the KL is a
+        turn's, the rewards those of the turns paid."""
         rollout = shaped.rollout
         seq_kl = shaped.kl.sum(dim=1)
         B = len(rollout.rewards)
@@ -447,9 +487,10 @@ class LLMLearner(Learner):
             mean_kl = self.optimisation.mean_over_processes(seq_kl)
             self.shaping.kl_ctl.update(mean_kl, B * self.accelerator.num_processes)
             measured = {"objective/kl": float(seq_kl.mean())}
+        paid = rollout.rewards if rollout.paid is None else rollout.rewards[rollout.paid]
         return {
-            "env/reward_mean": float(rollout.rewards.mean()),
-            "env/reward_std": float(rollout.rewards.std()) if B > 1 else 0.0,
+            "env/reward_mean": float(paid.mean()),
+            "env/reward_std": float(paid.std()) if len(paid) > 1 else 0.0,
             "env/response_length": float(rollout.mask.float().sum(dim=1).mean()),
             **measured,
             "objective/kl_coef": shaped.kl_coef,

@@ -121,12 +121,23 @@ class RewardShaping:
 
     def scaled_rewards(self, rollout: Rollout) -> torch.Tensor:
         """The rewards the game paid (the task scores, mixed by ``lam`` in a cooperative
-        game), scaled as ``score_scaling``/``score_norm``/``score_clip`` say."""
+        game), scaled as ``score_scaling``/``score_norm``/``score_clip`` say. In a game of
+        several rounds only the turns paid are scaled (and counted in the statistics); the
+        others stay 0."""
         cfg = self.settings
         moments = self.score_moments if cfg.score_scaling else None
-        return pm.scale_scores(
-            rollout.rewards.clone(), moments, cfg.score_scaling, cfg.score_norm, cfg.score_clip
-        )
+
+        def scale(rewards: torch.Tensor) -> torch.Tensor:
+            return pm.scale_scores(
+                rewards, moments, cfg.score_scaling, cfg.score_norm, cfg.score_clip
+            )
+
+        if rollout.paid is None or bool(rollout.paid.all()):
+            return scale(rollout.rewards.clone())
+        scores = torch.zeros_like(rollout.rewards)
+        if rollout.paid.any():
+            scores[rollout.paid] = scale(rollout.rewards[rollout.paid].clone())
+        return scores
 
     def _fresh_kl_and_scores(self) -> tuple[Any, pm.RunningMoments]:
         cfg = self.settings

@@ -7,7 +7,8 @@ Acting, the reference pass, KL control and persistence are the LLM learner base'
 1. one batched forward of the frozen reference over the whole sequences: KL per token
    (``start_update``, with the scaled game rewards);
 2. per-token rewards ``-kl_coef * KL_t`` with the (scaled) game reward at the last token;
-3. GAE advantages (whitened) and returns from the values recorded while acting;
+3. GAE advantages (whitened) and returns from the values recorded while acting (in a game
+   of several rounds over each of the agent's trajectories of turns, ``agents/turns.py``);
 4. ``ppo_epochs`` passes over shuffled mini-batches of clipped policy + value loss
    (``agents/update.py`` steps it);
 5. the KL controller update from the batch's mean summed KL (``finish``).
@@ -25,6 +26,7 @@ import torch
 from cory_env import checks
 from cory_rl.agents import engine_correction as ec
 from cory_rl.agents import ppo_math as pm
+from cory_rl.agents import turns
 from cory_rl.agents.llm import LLMConfig, LLMLearner
 from cory_rl.agents.registry import Seat, register_learner
 
@@ -82,8 +84,11 @@ class PPOAgent(LLMLearner):
 
         # Rewards: a KL penalty at every token, the (scaled) game reward at the last one.
         rewards, non_score = pm.token_rewards(shaped.scores, shaped.kl, mask, shaped.kl_coef)
-        # Advantages and value targets from the values recorded while acting.
-        advantages, returns = pm.gae(rewards, ro.values, mask, cfg.gamma, cfg.gae_lambda)
+        # Advantages and value targets from the values recorded while acting (over an
+        # agent's turns of a game, in a game of several rounds).
+        advantages, returns = turns.gae(
+            rewards, ro.values, mask, cfg.gamma, cfg.gae_lambda, ro.episode, ro.turn
+        )
         if cfg.whiten_advantages:
             advantages = pm.masked_whiten(advantages, mask)
         data = {

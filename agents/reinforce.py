@@ -8,7 +8,8 @@ Acting, the reference pass, KL control and persistence are the LLM learner base'
 2. per-token rewards ``r_t = -kl_coef * KL_t``, the game reward (scaled as
    ``score_scaling``/``score_norm``/``score_clip`` say) added at the last token, ``kl_coef``
    from the adaptive or fixed KL controller;
-3. returns-to-go ``G_t = sum_{s>=t} gamma^(s-t) r_s`` and a baseline ``b`` (``baseline``);
+3. returns-to-go ``G_t = sum_{s>=t} gamma^(s-t) r_s`` (in a game of several rounds over
+   the agent's turns of a game, ``agents/turns.py``) and a baseline ``b`` (``baseline``);
 4. one gradient pass over shuffled mini-batches (``agents/update.py``) of
    ``loss = -mean over valid tokens of logprob_t * (G_t - b)``;
 5. the KL controller update from the batch's mean summed KL, as PPO.
@@ -31,7 +32,7 @@ from cory_env import checks
 from cory_rl.agents import engine_correction as ec
 from cory_rl.agents import pg_math as pg
 from cory_rl.agents import ppo_math as pm
-from cory_rl.agents import state_io
+from cory_rl.agents import state_io, turns
 from cory_rl.agents.llm import LLMConfig, LLMLearner
 from cory_rl.agents.policy import PolicyWithValue, Reference
 from cory_rl.agents.registry import Seat, register_learner
@@ -106,7 +107,7 @@ class ReinforceAgent(LLMLearner):
         ro = shaped.rollout
         mask = ro.mask.float()
         rewards, non_score = pm.token_rewards(shaped.scores, shaped.kl, mask, shaped.kl_coef)
-        returns = pg.returns_to_go(rewards, mask, cfg.gamma)
+        returns = turns.returns_to_go(rewards, mask, cfg.gamma, ro.episode, ro.turn)
         b = self.baseline(returns, mask)
         advantages = (returns - b) * mask
         if cfg.whiten_advantages:

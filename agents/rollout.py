@@ -60,6 +60,16 @@ class Rollout:
     is_weights: torch.Tensor | None = None
     """(B, T) the engine correction's weights (``agents/engine_correction.py``), set when
     the learner takes the rollout to learn from it; None = no engine sampled."""
+    episode: torch.Tensor | None = None
+    """(B,) in a game of several rounds, the trajectory each row (one turn) belongs to:
+    rows of one episode, in ``turn`` order, are one agent's turns of one game. None = every
+    row is a whole episode (a game of one round)."""
+    turn: torch.Tensor | None = None
+    """(B,) with ``episode``: the row's turn within its episode (0 = the first)."""
+    paid: torch.Tensor | None = None
+    """(B,) bool with ``episode``: whether the game paid the row's turn (a turn of a round
+    the game does not score has reward 0 and no place in the score statistics). None =
+    every row was paid."""
 
     def sequences(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Prompt + response ids, attention mask and position ids, as one forward sees them."""
@@ -126,12 +136,17 @@ def rollout_rows(rollout: Rollout, rows: torch.Tensor) -> Rollout:
         rollout.rewards[rows],
         pick(rollout.engine_logprobs),
         pick(rollout.is_weights),
+        pick(rollout.episode),
+        pick(rollout.turn),
+        pick(rollout.paid),
     )
 
 
 def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:
     """One rollout of the games of ``rollouts`` in order: prompts left-padded and answers
-    right-padded to the widest, as one batch would have been (padding is masked out)."""
+    right-padded to the widest, as one batch would have been (padding is masked out). The
+    episodes of rollouts of several turns stay apart (each part's are numbered after the
+    previous part's)."""
     if len(rollouts) == 1:
         return rollouts[0]
     P = max(r.prompt_ids.shape[1] for r in rollouts)
@@ -175,4 +190,21 @@ def concat_rollouts(rollouts: list[Rollout], pad_token_id: int) -> Rollout:
             [torch.ones_like(r.sample_logprobs) for r in rollouts],
             pad=1.0,
         ),
+        **_episodes(rollouts),
     )
+
+
+def _episodes(rollouts: list[Rollout]) -> dict[str, torch.Tensor | None]:
+    """The episode, turn and paid columns of ``rollouts`` put together (None if none has
+    them): a part without them is one-turn episodes, all paid."""
+    if all(r.episode is None for r in rollouts):
+        return {"episode": None, "turn": None, "paid": None}
+    episodes, turns, paid, offset = [], [], [], 0
+    for r in rollouts:
+        n = len(r.rewards)
+        episode = torch.arange(n) if r.episode is None else r.episode
+        episodes.append(episode + offset)
+        turns.append(torch.zeros(n, dtype=torch.long) if r.turn is None else r.turn)
+        paid.append(torch.ones(n, dtype=torch.bool) if r.paid is None else r.paid)
+        offset += int(episode.max()) + 1 if n else 0
+    return {"episode": torch.cat(episodes), "turn": torch.cat(turns), "paid": torch.cat(paid)}

@@ -68,10 +68,15 @@ def play_games(game: BatchedTextGame, learners: dict[str, Learner], collect: boo
 
 def episode_rewards(game: BatchedTextGame, agent: str) -> np.ndarray:
     """What ``end_rollout`` gets: the rewards ``(B,)`` of one round, or ``(B, rounds)``,
-    one column per turn, of several."""
-    if game.settings.rounds == 1:
+    one column per turn, of several, NaN for a turn of a round the game did not score
+    (``pay_every_round`` false: every round but the last), which paid nothing."""
+    settings = game.settings
+    if settings.rounds == 1:
         return game.rewards[agent]
-    return np.stack(game.turn_rewards[agent], axis=1)
+    rewards = np.stack(game.turn_rewards[agent], axis=1).astype(np.float64)
+    if not settings.pay_every_round:
+        rewards[:, :-1] = np.nan
+    return rewards
 
 
 def check_multi_turn(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
