@@ -86,12 +86,20 @@ class Learner:
     """Whether :meth:`attach_engine` is defined (a vLLM engine plays such a seat's turns)."""
 
     multi_turn: bool = False
-    """Whether it learns from several turns an episode (a game of ``rounds`` > 1)."""
+    """Whether it learns from several turns an episode (a game of ``rounds`` > 1, or
+    several seats)."""
+
+    seats: int = 1
+    """How many seats of the game it plays, set by the run's builder: more than one is
+    parameter sharing (``learners: {llm_1: llm_0}``), which needs ``multi_turn``: it hears
+    of every turn's end, gets the rewards of all its turns in one ``end_rollout`` and learns,
+    saves and exports once."""
 
     def end_turn(self, num_generated: np.ndarray) -> None:
-        """In a game of several rounds, one of this seat's turns ended, with
-        ``num_generated`` tokens (B,) of each row accepted; the game moves on (to this seat
-        again, maybe). Not called in a game of one round."""
+        """In a game of several rounds, or for a learner in several seats, one of its turns
+        ended, with ``num_generated`` tokens (B,) of each row accepted; the game moves on (to
+        this learner again, maybe). Not called for a learner in one seat of a game of one
+        round."""
 
     def turn_over(self) -> None:
         """The game moved on from this seat's turn (a sharded learner frees its weights)."""
@@ -128,9 +136,10 @@ REQUIRED_METHODS = ("act", "end_rollout", "learn", "save", "load", "turn_stats")
 class CommonNoise(Protocol):
     """A learner that can sample with given uniforms (evaluation's common random numbers)."""
 
-    def use_sampling_noise(self, noise: np.ndarray | None) -> None:
+    def use_sampling_noise(self, noise: np.ndarray | None, role: int | None = None) -> None:
         """Draw row b's t-th token with the uniform ``noise[b, t]`` (inverse CDF of the
-        distribution it samples from); None returns to the learner's own stream."""
+        distribution it samples from); None returns to the learner's own stream. With
+        ``role`` (given to a learner in several seats only), in that role's turns only."""
 
 
 @runtime_checkable

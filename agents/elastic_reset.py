@@ -137,8 +137,16 @@ class ElasticReset(Learner):
     def turn_stats(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         return self.agent.turn_stats(obs)
 
-    def use_sampling_noise(self, noise: np.ndarray | None) -> None:
-        self.agent.use_sampling_noise(noise)
+    def use_sampling_noise(self, noise: np.ndarray | None, role: int | None = None) -> None:
+        self.agent.use_sampling_noise(noise, role)
+
+    @property
+    def seats(self) -> int:  # the Learner capability: PPO's, which plays them
+        return self.agent.seats
+
+    @seats.setter
+    def seats(self, n: int) -> None:
+        self.agent.seats = n
 
     def attach_engine(self, engine: Any, eos_token_id: int) -> None:
         self.agent.attach_engine(engine, eos_token_id)

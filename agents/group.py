@@ -180,12 +180,15 @@ class GroupAgent(LLMLearner):
         if config.dynamic_sampling:
             self.dynamic = DynamicSampling(group_size, config.max_extra_batches, pad_token_id)
 
-    def turn_credit(self, rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def turn_credit(self, rewards: np.ndarray, roles: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """In a game of several rounds each turn is one answer of its own group (the query's
         k answers at that turn, AT-GRPO's groups), credited with its return, the rewards of
-        its turn and the later ones (``agents/turns.py``); the KL penalty it pays is its own
-        answer's."""
-        returns = turns.turn_returns(rewards)
+        its seat's turn and later ones (``agents/turns.py``); the KL penalty it pays is its
+        own answer's."""
+        returns = np.zeros(rewards.shape)
+        for role in set(roles):
+            columns = [k for k, r in enumerate(roles) if r == role]
+            returns[:, columns] = turns.turn_returns(rewards[:, columns])
         return returns, np.ones(returns.shape, dtype=bool)
 
     def end_rollout(self, obs: dict[str, Any], rewards: Any) -> None:

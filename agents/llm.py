@@ -260,7 +260,13 @@ class LLMLearner(Learner):
         self.rollout: Rollout | None = None
         """The rollout collected since the last update (None = nothing yet)."""
         self.closed_turns: list[Rollout] = []
-        """In a game of several rounds, this episode's turns so far (:meth:`end_turn`)."""
+        """In a game of several rounds or seats, this episode's turns so far
+        (:meth:`end_turn`), and the role each was played in."""
+        self.closed_roles: list[int] = []
+        self.last_turns: dict[int, Turn] = {}
+        """In several seats: each role's last turn (what :meth:`turn_stats` reads)."""
+        self.role_noise: dict[int, np.ndarray] = {}
+        """Common random numbers per role (:meth:`use_sampling_noise` with a role)."""
         self.weights_version = 0
         """Counts changes of the weights (updates, loads, resets); an engine reloads them
         when it differs from the version it holds."""
@@ -303,6 +309,10 @@ class LLMLearner(Learner):
             generated = np.asarray(obs["num_generated"])
             if (generated == 0).all():
                 self.turn = Turn.start(obs, self.device)
+                if self.role_noise:  # common noise per role: this seat's
+                    self.sampler.use_noise(self.role_noise.get(self.turn.role))
+                if self.seats > 1:  # each seat's last turn, for turn_stats
+                    self.last_turns[self.turn.role] = self.turn
                 self.optimisation.gather_weights()  # sharded: held until turn_over()
                 if self.engine_seat.engine is not None and self.sampler.noise is None:
                     self.engine_seat.plan_turn(
@@ -313,10 +323,18 @@ class LLMLearner(Learner):
                 self.turn, generated, self.model, self.sampler, self.accelerator.autocast, exact_kl
             )
 
-    def use_sampling_noise(self, noise: np.ndarray | None) -> None:
+    def use_sampling_noise(self, noise: np.ndarray | None, role: int | None = None) -> None:
         """Draw each token with the given uniforms until called with None
-        (:meth:`cory_rl.agents.llm_acting.TokenSampler.use_noise`)."""
-        self.sampler.use_noise(noise)
+        (:meth:`cory_rl.agents.llm_acting.TokenSampler.use_noise`); with ``role``, in the
+        turns of that role only (a learner in several seats draws each seat's own)."""
+        if role is None:
+            self.role_noise = {}
+            self.sampler.use_noise(noise)
+        elif noise is None:
+            self.role_noise.pop(int(role), None)
+        else:
+            self.sampler.use_noise(noise)  # checked now, used from the role's next turn
+            self.role_noise[int(role)] = self.sampler.noise
 
     def attach_engine(self, engine: RolloutEngine | None, eos_token_id: int) -> None:
         """Take whole turns from ``engine`` (None: act token by token again)."""
@@ -327,9 +345,11 @@ class LLMLearner(Learner):
         self.optimisation.release_weights()
 
     def end_turn(self, num_generated: np.ndarray) -> None:
-        """In a game of several rounds: keep the turn that ended (its ``num_generated``
-        tokens per row accepted) until the episode's rewards come (:meth:`end_rollout`)."""
+        """In a game of several rounds, or in several seats: keep the turn that ended (its
+        ``num_generated`` tokens per row accepted) until the rewards come
+        (:meth:`end_rollout`)."""
         self.closed_turns.append(self._close_turn(num_generated, np.zeros(len(num_generated))))
+        self.closed_roles.append(self.turn.role)
         self.turn = None
 
     def end_rollout(self, obs: dict[str, np.ndarray], rewards: np.ndarray) -> None:
@@ -347,35 +367,44 @@ class LLMLearner(Learner):
         """Let the finished turn(s) go and keep the rollout already collected (a batch the
         loop played for another seat's dynamic sampling)."""
         self.turn = None
-        self.closed_turns = []
+        self.closed_turns, self.closed_roles = [], []
 
-    def turn_credit(self, rewards: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def turn_credit(self, rewards: np.ndarray, roles: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """What each turn of a game of several rounds is credited with, from the rewards
         ``(B, K)`` the game paid (NaN: a turn not paid), and whether it was paid: here the
-        turn's own reward, later ones reaching it through the learner's discount."""
+        turn's own reward, later ones reaching it through the learner's discount. ``roles``:
+        the role of each column's turn (a learner in several seats plays several)."""
         return np.nan_to_num(rewards, nan=0.0), ~np.isnan(rewards)
 
     def _episodes_rollout(self, rewards: np.ndarray) -> Rollout:
         """The turns :meth:`end_turn` kept, one row each (turn after turn, each turn's B
-        games), credited as :meth:`turn_credit` says."""
+        games), credited as :meth:`turn_credit` says; each seat's turns of a game are one
+        episode (a seat's role is fixed within a game)."""
         turns, self.closed_turns = self.closed_turns, []
+        roles, self.closed_roles = self.closed_roles, []
         B, K = rewards.shape
         if len(turns) != K:
             raise RuntimeError(
                 f"end_rollout() with rewards for {K} turns after {len(turns)} end_turn() calls"
             )
-        credit, paid = self.turn_credit(rewards)
+        credit, paid = self.turn_credit(rewards, roles)
         for k, turn in enumerate(turns):
             turn.rewards = torch.as_tensor(credit[:, k], dtype=torch.float32)
         rollout = concat_rollouts(turns, self.pad_token_id)
-        rollout.episode = torch.arange(B).repeat(K)
-        rollout.turn = torch.arange(K).repeat_interleave(B)
+        seat = {role: i for i, role in enumerate(dict.fromkeys(roles))}
+        rollout.episode = torch.cat([torch.arange(B) + seat[r] * B for r in roles])
+        rollout.turn = torch.as_tensor(
+            [roles[:k].count(r) for k, r in enumerate(roles)]
+        ).repeat_interleave(B)
         rollout.paid = torch.as_tensor(paid.T.reshape(-1))
         return rollout
 
-    def _close_turn(self, num_generated: np.ndarray, rewards: np.ndarray) -> Rollout:
-        """The turn as a rollout: the tokens the game accepted and the rewards it paid."""
-        turn = self.turn
+    def _close_turn(
+        self, num_generated: np.ndarray, rewards: np.ndarray, turn: Turn | None = None
+    ) -> Rollout:
+        """The turn (default: the one being played) as a rollout: the tokens the game
+        accepted and the rewards it paid."""
+        turn = turn or self.turn
         if turn is None or not turn.tokens:
             raise RuntimeError("end_rollout() without a turn: act() was never called this game")
         accepted = torch.as_tensor(np.asarray(num_generated), dtype=torch.long)
@@ -395,17 +424,22 @@ class LLMLearner(Learner):
         )
 
     def turn_stats(self, obs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Summed KL to the reference, summed log-prob, mean entropy and final value per game."""
-        if self.turn is None or not self.turn.tokens:
+        """Summed KL to the reference, summed log-prob, mean entropy and final value per game
+        (in several seats, of the last turn of the seat whose ``obs`` it is)."""
+        turn = self.turn
+        if self.seats > 1:
+            turn = self.last_turns.get(int(np.asarray(obs["role"]).reshape(-1)[0]), turn)
+        if turn is None or not turn.tokens:
             return {}
-        rollout = self._close_turn(obs["num_generated"], np.zeros(len(obs["num_generated"])))
+        generated = obs["num_generated"]
+        rollout = self._close_turn(generated, np.zeros(len(generated)), turn)
         mask = rollout.mask.float()
         lengths = mask.sum(dim=1)
         last = (lengths.long() - 1).clamp(min=0)[:, None]
         if rollout.full_logprobs is not None:
             entropy = pm.entropy_from_logits(rollout.full_logprobs)
         else:
-            entropy = torch.stack(self.turn.entropies, dim=1)
+            entropy = torch.stack(turn.entropies, dim=1)
         exact = "full" if rollout.full_logprobs is not None else None
         return {
             "kl": self.reference_pass(rollout, exact)[0].sum(dim=1).numpy(),

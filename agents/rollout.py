@@ -31,6 +31,7 @@ class Turn:
     engine_logprobs: list[torch.Tensor] = field(default_factory=list)  # the engine's, if it planned
     seen: tuple[torch.Tensor, torch.Tensor] | None = None  # ids in the context and which are real
     planned: bool = False  # the whole turn came from a rollout engine at its first step
+    role: int = 0  # the role of the seat that plays it (0 = pioneer)
 
     @classmethod
     def start(cls, obs: dict[str, np.ndarray], device: torch.device) -> Turn:
@@ -39,7 +40,8 @@ class Turn:
         mask = torch.as_tensor(np.asarray(obs["attention_mask"]), dtype=torch.long)
         ids, mask = without_shared_padding(mask, ids, mask)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        return cls(ids, mask, mask.to(device), positions.to(device))
+        role = int(np.asarray(obs["role"]).reshape(-1)[0]) if "role" in obs else 0
+        return cls(ids, mask, mask.to(device), positions.to(device), role=role)
 
 
 @dataclass

@@ -8,6 +8,7 @@ Presets are ``cory_rl.train.config.presets``, the layers of settings and the YAM
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,9 @@ from cory_rl.train.config.algorithms import ALGORITHMS
 from cory_rl.train.config.allocator import ALLOCATORS
 from cory_rl.train.config.files import write_text
 from cory_rl.train.config.tracker_checks import check_report_to
+
+SEAT_NAME = re.compile(r"llm_\d+")
+"""How seats are named (``llm_0``, ``llm_1``, ...): a learner entry so names a seat to share."""
 
 
 @dataclass
@@ -54,7 +58,9 @@ class TrainConfig:
     (evaluation seats folders so). It must share the seat model's vocabulary."""
     learners: dict[str, Any] | None = None
     """A learner per seat, e.g. ``{llm_0: ppo, llm_1: {learner: reinforce, learning_rate:
-    1e-5}}``: every seat must be named. None = the algorithm's learner in every seat."""
+    1e-5}}``: every seat must be named. A seat may name another seat, ``{llm_0: ppo, llm_1:
+    llm_0}``, to share its learner (one policy in both seats, learning from all its turns;
+    one agent in checkpoints and exports). None = the algorithm's learner in every seat."""
     game: GameSettings = field(default_factory=GameSettings)
     """The game's settings (``cory_env.core.GameSettings``: ``n_agents``, ``lam``, ``sees``,
     ``group_size``, ``reward_norm``, ``role_exchange_period``, ``max_new_tokens``,
@@ -207,12 +213,25 @@ class TrainConfig:
                 )
         return out
 
+    def shared_seats(self) -> dict[str, str]:
+        """The seats that share another seat's learner (``{llm_1: llm_0}``), by their owner."""
+        return {
+            agent: entry
+            for agent, entry in (self.learners or {}).items()
+            if isinstance(entry, str) and entry in self.agents
+        }
+
     def seat_entries(self) -> dict[str, tuple[str, dict[str, Any]]]:
-        """Every seat's learner name and its own settings (``learners``), unchecked."""
+        """Every seat's learner name and its own settings (``learners``; a seat sharing
+        another's has the owner's), unchecked."""
         default = ALGORITHMS[self.algorithm].seat_learner
+        shared = self.shared_seats()
         seats = {}
         for agent in self.agents:
-            entry = default if self.learners is None else self.learners[agent]
+            if self.learners is None:
+                entry = default
+            else:
+                entry = self.learners[shared.get(agent, agent)]
             own = dict(entry) if isinstance(entry, dict) else {"learner": entry}
             if "learner" not in own:
                 raise checks.SettingError(
@@ -238,6 +257,36 @@ class TrainConfig:
         names = {name for name, _ in self.seat_entries().values()}
         configs = [learner_spec(name).config for name in sorted(names)]
         return {f.name for c in configs if c is not None for f in dataclasses.fields(c)}
+
+    def check_shared_seats(self) -> None:
+        """A seat shares the learner of a seat that has its own, playing the same model."""
+        shared = self.shared_seats()
+        for agent, owner in shared.items():
+            if owner == agent:
+                raise checks.SettingError(
+                    f"learners: {agent} names itself; name its learner (e.g. ppo) or the seat "
+                    "whose learner it shares"
+                )
+            if owner in shared:
+                chain = f"{agent} -> {owner} -> {shared[owner]}"
+                raise checks.SettingError(
+                    f"learners: {agent} shares the learner of {owner}, which shares another's "
+                    f"({chain}): name the seat that has the learner, e.g. "
+                    f"{{{self.agents[0]}: ppo, {agent}: {self.agents[0]}}}"
+                )
+            models, references = self.seat_models(), self.references or {}
+            if models[agent] != models[owner] or references.get(agent) != references.get(owner):
+                raise checks.SettingError(
+                    f"learners: {agent} shares the learner of {owner}, so it plays {owner}'s "
+                    f"model ({models[owner]!r}); drop models.{agent}/references.{agent} or "
+                    "give the two seats the same"
+                )
+        for agent, entry in (self.learners or {}).items():
+            if isinstance(entry, str) and SEAT_NAME.fullmatch(entry) and agent not in shared:
+                raise checks.SettingError(
+                    f"learners: {agent} shares the learner of {entry!r}, a seat this "
+                    f"{self.game.n_agents}-agent game does not have; the seats are {self.agents}"
+                )
 
     def resolved_learner(self) -> dict[str, Any]:
         """``learner`` with every setting of the seats' learners spelled out (each learner's
@@ -296,6 +345,7 @@ class TrainConfig:
                     f"learners: seats {missing} have no learner; name one for every seat of "
                     f"{self.agents}, or drop --learners to use the algorithm's"
                 )
+            self.check_shared_seats()
         for name in ("models", "references"):
             for agent, model in (getattr(self, name) or {}).items():
                 checks.text(model, f"{name}.{agent}")

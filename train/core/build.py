@@ -22,7 +22,7 @@ from cory_rl.agents.registry import Seat, build_learner
 from cory_rl.agents.sharding import Sharding
 from cory_rl.train.config.train_config import TrainConfig
 from cory_rl.train.core.distributed import Processes
-from cory_rl.train.core.games import make_game
+from cory_rl.train.core.games import make_game, owners
 
 
 def make_accelerator(config: TrainConfig) -> Any:
@@ -128,8 +128,10 @@ def build_game_and_learners(
             raise SettingError(f"{_model_setting(config, agent)}: {err}") from None
     game = make_game(config, list(tokenizers.values()), task=task)
     adapters: dict[str, list[str]] = {}
+    shared = config.shared_seats()  # they play their owner's policy: no adapter of their own
     for agent, model in seat_models.items():
-        adapters.setdefault(model, []).append(agent)
+        if agent not in shared:
+            adapters.setdefault(model, []).append(agent)
     pool = ModelPool(
         partial(load_causal_lm, load_in_4bit=config.load_in_4bit),
         lora_config(config),
@@ -140,6 +142,9 @@ def build_game_and_learners(
     )
     learners: dict[str, Learner] = {}
     for i, (agent, (name, settings)) in enumerate(config.seat_learners().items()):
+        if agent in shared:  # one learner in several seats (it plays the owner's model)
+            learners[agent] = learners[shared[agent]]
+            continue
         seat = Seat(
             agent=agent,
             index=i,
@@ -156,6 +161,8 @@ def build_game_and_learners(
             max_new_tokens=game.budget_high,
         )
         learners[agent] = build_learner(name, seat)
+    for owner in set(shared.values()):
+        learners[owner].seats = 1 + list(shared.values()).count(owner)
     pool.shard_references()
     if config.rollout_engine != "none":
         attach_engines(config, game, learners, seat_models, tokenizers)
@@ -177,8 +184,8 @@ def attach_engines(
         except ImportError as err:
             raise SettingError(str(err)) from None
     engines: dict[str, RolloutEngine] = {}
-    seats = {agent: resolve(seat_models[agent]) for agent in learners}
-    for agent, learner in learners.items():
+    seats = {agent: resolve(seat_models[agent]) for agent in owners(learners)}
+    for agent, learner in owners(learners).items():
         if not learner.takes_engine:
             continue  # not an LLM learner: it acts as it does
         model = seats[agent]

@@ -34,6 +34,7 @@ from cory_env import BatchedTextGame
 from cory_rl.agents import state_io
 from cory_rl.agents.base import Learner
 from cory_rl.train.core.distributed import Processes
+from cory_rl.train.core.games import owners
 
 CHECKPOINT_FORMAT = 2
 MARKER = "state.json"
@@ -56,6 +57,7 @@ def _discard(folder: Path) -> None:
 def _process_state(game: BatchedTextGame, learners: dict[str, Learner]) -> dict:
     """This process's game and RNG states, as JSON, and its learners' random streams (each
     process of a run draws its own: a learner's files hold the main process's only)."""
+    learners = owners(learners)  # a learner in several seats is one agent
     numpy_state = np.random.get_state()
     python_state = random.getstate()
     return {
@@ -113,6 +115,7 @@ class CheckpointWriter:
         self.wait()
         processes = processes or Processes()
         states = processes.gather(_process_state(game, learners))
+        learners = owners(learners)  # a learner in several seats is one agent
         if processes.is_main:
             writes = _queue_writes(Path(run_path), learners, iteration, states)
             self._thread = threading.Thread(
@@ -163,6 +166,7 @@ def _queue_writes(
     A learner whose ``save`` takes a ``writer`` (every LLM learner) queues its writes there;
     any other learner writes its files now, before the queue runs.
     """
+    learners = owners(learners)
     current, old, tmp = (run_path / n for n in ("checkpoint", "checkpoint.old", "checkpoint.tmp"))
     _discard(tmp)
     tmp.mkdir(parents=True)
@@ -197,7 +201,7 @@ def load_learners(run_path: Path, learners: dict[str, Learner]) -> Path:
     """Each learner's weights and state from the run's complete checkpoint (by its agent
     name), for evaluation, export and play; returns the checkpoint folder."""
     folder = find_checkpoint(run_path)
-    for agent, learner in learners.items():
+    for agent, learner in owners(learners).items():
         learner.load(folder / agent)
     return folder
 
@@ -249,6 +253,7 @@ def load_checkpoint(
     process's files (their weights are the same on every process).
     """
     processes = processes or Processes()
+    learners = owners(learners)  # a learner in several seats is one agent
     if processes.is_main:
         _promote(find_checkpoint(run_path))
     processes.wait()

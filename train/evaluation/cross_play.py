@@ -71,7 +71,9 @@ def run_players(items: list[str | Path]) -> list[Player]:
     players = []
     for item in items:
         if (Path(item) / "config.yaml").is_file():
-            agents = load_run_config(Path(item)).agents
+            config = load_run_config(Path(item))
+            shared = config.shared_seats()  # a learner in several seats is one agent
+            agents = [a for a in config.agents if a not in shared]
             players += [Player(f"{item}:{agent}", Path(item), agent) for agent in agents]
         elif str(item) != BASE:
             players.append(Player.parse(str(item)))
@@ -182,7 +184,9 @@ def play_seats(
     game, learners = build_game_and_learners(config)
     for seat, player in players.items():
         if player.run is not None:
-            learners[seat].load(find_checkpoint(player.run) / player.agent)
+            shared = load_run_config(player.run, {"device": "cpu"}).shared_seats()
+            agent = shared.get(player.agent, player.agent)  # the seat's learner's folder
+            learners[seat].load(find_checkpoint(player.run) / agent)
     evaluator = Evaluator(
         config,
         game.tokenizers,

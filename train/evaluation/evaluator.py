@@ -167,7 +167,10 @@ class Evaluator:
         for i, agent in enumerate(game.possible_agents):
             if isinstance(learners[agent], CommonNoise):
                 uniforms = [es.noise(q, s, roles[i]) for q, s in zip(queries, samples, strict=True)]
-                learners[agent].use_sampling_noise(np.stack(uniforms))
+                if learners[agent].seats > 1:  # one learner, each seat its own noise
+                    learners[agent].use_sampling_noise(np.stack(uniforms), role=roles[i])
+                else:
+                    learners[agent].use_sampling_noise(np.stack(uniforms))
         play_games(game, learners)  # no end_rollout: nothing is collected or learned
         stats = {a: learners[a].turn_stats(game.observe(a)) for a in game.possible_agents}
         real = len(items)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cory_rl.agents.base import Exportable
 from cory_rl.train.core.checkpoint import load_json_state
+from cory_rl.train.core.games import owners, seats_of
 from cory_rl.train.core.run_folder import base_evaluation, final_evaluation, load_run_config
 from cory_rl.train.core.trained import build_trained
 from cory_rl.train.publish import hub
@@ -69,7 +70,11 @@ def export_run(
     seats = config.seat_learners()
     evaluation, base = final_evaluation(run_dir), base_evaluation(run_dir)
     exported = {}
-    for i, (agent, learner) in enumerate(learners.items()):
+    shared = seats_of(learners)
+    for agent, learner in owners(learners).items():
+        i = list(learners).index(agent)
+        if len(shared[agent]) > 1:
+            print(f"{', '.join(shared[agent][1:])}: {agent}'s policy (a learner shared by seats)")
         if not isinstance(learner, Exportable):
             print(f"{agent}: its learner has no LLM policy to export; skipped")
             continue

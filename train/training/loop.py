@@ -22,7 +22,14 @@ from cory_rl.train.config.train_config import TrainConfig
 from cory_rl.train.core.callbacks import Callback, Evaluations, Hooks
 from cory_rl.train.core.checkpoint import CheckpointWriter, load_checkpoint
 from cory_rl.train.core.distributed import Processes
-from cory_rl.train.core.games import batch_samples, check_multi_turn, episode_rewards, play_games
+from cory_rl.train.core.games import (
+    batch_samples,
+    check_multi_turn,
+    learner_rewards,
+    owners,
+    play_games,
+    seats_of,
+)
 from cory_rl.train.core.health import Band, HealthWatch
 from cory_rl.train.core.memory import reset_rss_peak, rss_peak_mb
 from cory_rl.train.core.run_folder import RunDirectory, read_evaluations
@@ -30,10 +37,11 @@ from cory_rl.train.core.stopping import EarlyStopping, write_marker
 
 
 def play_batch(game: BatchedTextGame, learners: dict[str, Learner]) -> None:
-    """Play one batch of games to the end and hand every learner its rollout."""
+    """Play one batch of games to the end and hand every learner its rollout (a learner in
+    several seats, the turns of all of them)."""
     play_games(game, learners, collect=True)
-    for agent, learner in learners.items():
-        learner.end_rollout(game.observe(agent), episode_rewards(game, agent))
+    for owner, seats in seats_of(learners).items():
+        learners[owner].end_rollout(game.observe(owner), learner_rewards(game, seats))
 
 
 def play_extra_batches(game: BatchedTextGame, learners: dict[str, Learner]) -> int:
@@ -41,16 +49,26 @@ def play_extra_batches(game: BatchedTextGame, learners: dict[str, Learner]) -> i
     ``agents/dynamic_sampling.py``); the others let those turns go (``discard_turn``) and
     learn from the first batch. The number of extra batches played."""
     extra = 0
-    while wanting := [a for a, learner in learners.items() if learner.wants_more()]:
+    agents = seats_of(learners)
+    while wanting := [a for a, learner in owners(learners).items() if learner.wants_more()]:
         game.reset()
         play_games(game, learners, collect=True)
-        for agent, learner in learners.items():
-            if agent in wanting:
-                learner.end_rollout(game.observe(agent), episode_rewards(game, agent))
+        for owner, seats in agents.items():
+            if owner in wanting:
+                learners[owner].end_rollout(game.observe(owner), learner_rewards(game, seats))
             else:
-                learner.discard_turn()
+                learners[owner].discard_turn()
         extra += 1
     return extra
+
+
+def learn(learners: dict[str, Learner]) -> dict[str, dict[str, float]]:
+    """Every learner's update, once each; a learner's statistics under each seat it plays."""
+    stats = {}
+    for owner, seats in seats_of(learners).items():
+        learned = learners[owner].learn()
+        stats.update(dict.fromkeys(seats, learned))
+    return {agent: stats[agent] for agent in learners}
 
 
 def reset_peak_memory() -> None:
@@ -186,9 +204,9 @@ def train(
                 checkpoints.wait()  # learning changes the weights the last checkpoint writes
             with hooks.phase("learn", iteration):
                 if restarts and iteration > 0 and iteration % exchange_period == 0:
-                    for learner in learners.values():
+                    for learner in owners(learners).values():
                         learner.restart()
-                stats = {agent: learner.learn() for agent, learner in learners.items()}
+                stats = learn(learners)
             elapsed = time.perf_counter() - t0
             row = {
                 "iteration": iteration,
