@@ -191,6 +191,17 @@ class GroupAgent(LLMLearner):
             returns[:, columns] = turns.turn_returns(rewards[:, columns])
         return returns, np.ones(returns.shape, dtype=bool)
 
+    def empty_turns(self, rollout: Any) -> Any:
+        """Groups must stay whole: a game with empty turns (a refereed game's rows that
+        waited) is refused."""
+        if bool((rollout.mask.sum(dim=1) == 0).any()):
+            raise checks.SettingError(
+                f"{self.name} judges each answer against the other answers to its query at "
+                "the same turn, but in this game some turns are empty (a match over, or "
+                "waiting on the other player): train it with ppo or reinforce"
+            )
+        return rollout
+
     def end_rollout(self, obs: dict[str, Any], rewards: Any) -> None:
         """Keep the finished turn(s); with dynamic sampling, only the groups that differ."""
         super().end_rollout(obs, rewards)

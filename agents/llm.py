@@ -28,7 +28,7 @@ import torch
 
 from cory_env import checks
 from cory_rl.agents import engine_correction as ec
-from cory_rl.agents import llm_state, state_io
+from cory_rl.agents import llm_state, state_io, turns
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents.base import Learner
 from cory_rl.agents.engine import RolloutEngine
@@ -397,7 +397,13 @@ class LLMLearner(Learner):
             [roles[:k].count(r) for k, r in enumerate(roles)]
         ).repeat_interleave(B)
         rollout.paid = torch.as_tensor(paid.T.reshape(-1))
-        return rollout
+        return self.empty_turns(rollout)
+
+    def empty_turns(self, rollout: Rollout) -> Rollout:
+        """What becomes of turns in which no token was accepted (a refereed game's rows
+        that waited): left out, their pay credited to the episode's previous turn
+        (:func:`cory_rl.agents.turns.without_empty_turns`)."""
+        return turns.without_empty_turns(rollout)
 
     def _close_turn(
         self, num_generated: np.ndarray, rewards: np.ndarray, turn: Turn | None = None

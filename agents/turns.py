@@ -14,6 +14,7 @@ turn (AT-GRPO's groups).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,7 @@ import torch
 
 from cory_rl.agents import pg_math as pg
 from cory_rl.agents import ppo_math as pm
+from cory_rl.agents.rollout import Rollout, rollout_rows
 
 
 @dataclass
@@ -110,3 +112,24 @@ def turn_returns(rewards: np.ndarray, gamma: float = 1.0) -> np.ndarray:
         running = paid[:, k] + gamma * running
         out[:, k] = running
     return out
+
+
+def without_empty_turns(rollout: Rollout) -> Rollout:
+    """``rollout`` minus its empty turns (no token accepted: in a refereed game, a row whose
+    match was over or waited on the other player). What an empty turn was paid goes to the
+    latest earlier turn of its episode that has tokens (the last action that could have
+    earned it); an episode with none has nothing to credit."""
+    lengths = rollout.mask.sum(dim=1)
+    empty = lengths == 0
+    if not bool(empty.any()):
+        return rollout
+    rewards, paid = rollout.rewards.clone(), rollout.paid.clone()
+    for row in empty.nonzero().flatten().tolist():
+        same = (rollout.episode == rollout.episode[row]) & (rollout.turn < rollout.turn[row])
+        earlier = (same & ~empty).nonzero().flatten()
+        if len(earlier) and bool(paid[row]):
+            target = earlier[rollout.turn[earlier].argmax()]
+            rewards[target] += rewards[row]
+            paid[target] = True
+    rollout = dataclasses.replace(rollout, rewards=rewards, paid=paid)
+    return rollout_rows(rollout, (~empty).nonzero().flatten())

@@ -248,6 +248,7 @@ class BatchedTextGame:
                 # Queries cut "to the first k tokens" are cut with the pioneer seat's tokenizer.
                 task_settings["tokenizer"] = self.tokenizers[0]
             self.task = make_task(task, **task_settings)
+        self._check_referee(game_settings)
         self.batch_size = batch_size
         self.group_size = game_settings.group_size
         """Rows per query: rows ``[g*group_size, (g+1)*group_size)`` share query ``g``."""
@@ -461,6 +462,11 @@ class BatchedTextGame:
         self.turns: list[TurnRecord] = []
         """The turns played so far, in order."""
         self._query_ids: np.ndarray | None = None
+        referee = self.task.referee
+        self.matches = None if referee is None else referee.start(self.queries)
+        """A refereed task's match per row (``cory_env.referee``); None otherwise."""
+        self._paid_matches = np.zeros(B, dtype=bool)
+        self._moving: np.ndarray | None = None
         self._turn = 0
         self._start_turn()
 
@@ -549,10 +555,17 @@ class BatchedTextGame:
         else:
             prompt_role = max(role, 1)
         self._generated[i] = 0
-        prompts = [
-            self.task.prompt(prompt_role, q, [answers[b] for answers in earlier])
-            for b, q in enumerate(self.queries)
-        ]
+        if self.matches is not None:  # the rules say who moves; the others wait (empty turn)
+            self._moving = np.array([m.to_move() == role for m in self.matches])
+            prompts = [
+                m.observation(role) if moving else q.text
+                for m, moving, q in zip(self.matches, self._moving, self.queries, strict=True)
+            ]
+        else:
+            prompts = [
+                self.task.prompt(prompt_role, q, [answers[b] for answers in earlier])
+                for b, q in enumerate(self.queries)
+            ]
         encoded = self.tokenizers[i](prompts)["input_ids"]
         for b, ids in enumerate(encoded):
             room = self.context_length - int(self.budgets[b])
@@ -568,7 +581,7 @@ class BatchedTextGame:
                 ids = ids[-room:]
             self._ids[i, b, : len(ids)] = ids
             self._length[i, b] = len(ids)
-        self.active[:] = True
+        self.active[:] = True if self.matches is None else self._moving
 
     def step(self, actions: Any, agent: str | None = None) -> None:
         """Append one token per row for the acting agent; ``agent`` asserts whose turn it is."""
@@ -630,11 +643,15 @@ class BatchedTextGame:
                 self._turn, self._turn // self.n_agents, role, agent, self.responses[agent], tokens
             )
         )
+        if self.matches is not None:
+            for b in np.flatnonzero(self._moving):
+                self.matches[b].move(role, self.responses[agent][b])
         self._turn += 1
         round_over = self._turn % self.n_agents == 0
         if round_over:
             last = self._turn == self.n_turns
-            self._pay(scored=last or self.settings.pay_every_round)
+            refereed = self.matches is not None  # a match pays in the round it ends
+            self._pay(scored=last or self.settings.pay_every_round or refereed)
         if self._turn < self.n_turns:
             self._start_turn()
 
@@ -646,10 +663,13 @@ class BatchedTextGame:
                 self.turn_rewards[a].append(np.zeros(self.batch_size))
             return
         order = self.possible_agents
-        queries = self.queries * self.n_agents
-        responses = [r for a in order for r in self.responses[a]]
-        flat = np.asarray(self.task.score(queries, responses), dtype=np.float64)
-        raw = flat.reshape(self.n_agents, self.batch_size)
+        if self.matches is not None:
+            raw = self._match_results()
+        else:
+            queries = self.queries * self.n_agents
+            responses = [r for a in order for r in self.responses[a]]
+            flat = np.asarray(self.task.score(queries, responses), dtype=np.float64)
+            raw = flat.reshape(self.n_agents, self.batch_size)
         mixed = np.stack([standardise(r) for r in raw]) if self.settings.reward_norm else raw
         total = mixed.sum(axis=0)
         lam = self.settings.lam
@@ -659,6 +679,41 @@ class BatchedTextGame:
             paid = mixed[k] + lam * (total - mixed[k])
             self.turn_rewards[a].append(paid)
             self.rewards[a] = paid if first else self.rewards[a] + paid
+
+    def _check_referee(self, settings: GameSettings) -> None:
+        """A refereed task's game seats its players and pays each its own result."""
+        referee = self.task.referee
+        if referee is None:
+            return
+        if settings.n_agents != referee.players:
+            raise checks.SettingError(
+                f"task {self.task.name!r} is a {referee.players}-player game: set n_agents "
+                f"{referee.players} (got {settings.n_agents})"
+            )
+        if settings.lam >= 1:
+            raise checks.SettingError(
+                f"lam {settings.lam}: in a game won by one player and lost by the other, "
+                "r_self + lam * r_other pays nothing at lam 1 (and rewards losing above it); "
+                "set --lam 0 (each player its own result)"
+            )
+
+    def _match_results(self) -> np.ndarray:
+        """Each agent's result (its player's: the player is its role) of the matches that
+        ended since the last round; 0 where a match goes on or was paid already."""
+        raw = np.zeros((self.n_agents, self.batch_size))
+        for b, match in enumerate(self.matches):
+            result = match.result()
+            if result is not None and not self._paid_matches[b]:
+                self._paid_matches[b] = True
+                raw[:, b] = [result[self._role_of[k]] for k in range(self.n_agents)]
+        return raw
+
+    def match_stats(self) -> dict[str, float]:
+        """A refereed task's figures of this batch's matches (valid moves, wins); {} for
+        other tasks."""
+        if self.matches is None:
+            return {}
+        return self.task.referee.stats(self.matches)
 
     # ----------------------------------------------------------------- views
     def observe(self, agent: str) -> dict[str, np.ndarray]:

@@ -39,7 +39,7 @@ def custom_task(
 
 
 # Importing the task modules registers them.
-from cory_env.tasks import arith, custom, gsm8k, hh, imdb  # noqa: E402,F401
+from cory_env.tasks import arith, custom, gsm8k, hh, imdb, textarena  # noqa: E402,F401
 
 __all__ = [
     "HeldOut",

@@ -126,6 +126,10 @@ class Task:
     max_new_tokens: int | tuple[int, int] = 16
     context_length: int = 256
     metadata: dict[str, Any] = field(default_factory=dict)
+    referee: Any = None
+    """A :class:`cory_env.referee.Referee` whose matches' rules play the game (TextArena):
+    prompts are their observations, answers their moves, results the scores; None = the
+    prompt function and the reward function."""
 
     def __post_init__(self) -> None:
         checks.text(self.name, "name", where="Task")

@@ -106,6 +106,7 @@ def iteration_metrics(
         row[f"{agent}/role"] = roles[agent]
         row.update({f"{agent}/{k}": v for k, v in agent_stats.items()})
     row["score_mean"] = float(np.mean([np.mean(s) for s in game.scores.values()]))
+    row.update({f"game/{k}": v for k, v in game.match_stats().items()})  # a refereed game's
     if kls:
         row["kl_mean"] = float(np.mean(kls))
     return row
