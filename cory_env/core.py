@@ -249,6 +249,7 @@ class BatchedTextGame:
                 task_settings["tokenizer"] = self.tokenizers[0]
             self.task = make_task(task, **task_settings)
         self._check_referee(game_settings)
+        self._check_later_rounds(game_settings)
         self.batch_size = batch_size
         self.group_size = game_settings.group_size
         """Rows per query: rows ``[g*group_size, (g+1)*group_size)`` share query ``g``."""
@@ -679,6 +680,21 @@ class BatchedTextGame:
             paid = mixed[k] + lam * (total - mixed[k])
             self.turn_rewards[a].append(paid)
             self.rewards[a] = paid if first else self.rewards[a] + paid
+
+    def _check_later_rounds(self, settings: GameSettings) -> None:
+        """In a game of several rounds a later turn's prompt must show the answers so far:
+        the task's prompt for a later round is asked to show a probe answer, once."""
+        if settings.rounds == 1 or self.task.referee is not None:
+            return
+        probe = "probe7531answer"
+        query = self.task.queries[0]
+        if probe not in self.task.prompt(1, query, [probe]):
+            raise checks.SettingError(
+                f"rounds {settings.rounds}: task {self.task.name!r}'s prompt for a later round "
+                "does not show the earlier answers (its prompt for role 1 left the answer out), "
+                "so a revision would not see what it revises; give the task a template that "
+                "shows them (custom: observer_template with {answer}) or play rounds 1"
+            )
 
     def _check_referee(self, settings: GameSettings) -> None:
         """A refereed task's game seats its players and pays each its own result."""

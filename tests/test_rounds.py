@@ -251,3 +251,10 @@ def test_bad_round_settings_are_refused(tiny_tokenizer):
             batched_game(words_task(), rounds=rounds, tokenizer=tiny_tokenizer)
     with pytest.raises(SettingError, match="pay_every_round"):
         batched_game(words_task(), rounds=2, pay_every_round="yes", tokenizer=tiny_tokenizer)
+
+
+def test_a_later_round_whose_prompt_hides_the_answers_is_refused(tiny_tokenizer):
+    blind = custom_task(["the movie"], word_count, lambda role, query, earlier: query.text)
+    with pytest.raises(SettingError, match="does not show the earlier answers"):
+        batched_game(blind, rounds=2, tokenizer=tiny_tokenizer)
+    batched_game(blind, rounds=1, tokenizer=tiny_tokenizer)  # one round shows nothing later
