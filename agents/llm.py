@@ -341,8 +341,11 @@ class LLMLearner(Learner):
         self.engine_seat.attach(engine, eos_token_id)
 
     def turn_over(self) -> None:
-        """The game moved on from this seat's turn: free the weights gathered for it."""
+        """The game moved on from this seat's turn: free the weights gathered for it, and
+        its KV cache (what is kept of the turn, to learn from or report, needs neither)."""
         self.optimisation.release_weights()
+        if self.turn is not None:
+            self.turn.cache = None
 
     def end_turn(self, num_generated: np.ndarray) -> None:
         """In a game of several rounds, or in several seats: keep the turn that ended (its
@@ -380,17 +383,17 @@ class LLMLearner(Learner):
         """The turns :meth:`end_turn` kept, one row each (turn after turn, each turn's B
         games), credited as :meth:`turn_credit` says; each seat's turns of a game are one
         episode (a seat's role is fixed within a game)."""
-        turns, self.closed_turns = self.closed_turns, []
+        closed, self.closed_turns = self.closed_turns, []
         roles, self.closed_roles = self.closed_roles, []
         B, K = rewards.shape
-        if len(turns) != K:
+        if len(closed) != K:
             raise RuntimeError(
-                f"end_rollout() with rewards for {K} turns after {len(turns)} end_turn() calls"
+                f"end_rollout() with rewards for {K} turns after {len(closed)} end_turn() calls"
             )
         credit, paid = self.turn_credit(rewards, roles)
-        for k, turn in enumerate(turns):
-            turn.rewards = torch.as_tensor(credit[:, k], dtype=torch.float32)
-        rollout = concat_rollouts(turns, self.pad_token_id)
+        for k, part in enumerate(closed):
+            part.rewards = torch.as_tensor(credit[:, k], dtype=torch.float32)
+        rollout = concat_rollouts(closed, self.pad_token_id)
         seat = {role: i for i, role in enumerate(dict.fromkeys(roles))}
         rollout.episode = torch.cat([torch.arange(B) + seat[r] * B for r in roles])
         rollout.turn = torch.as_tensor(

@@ -680,6 +680,10 @@ class BatchedTextGame:
             paid = mixed[k] + lam * (total - mixed[k])
             self.turn_rewards[a].append(paid)
             self.rewards[a] = paid if first else self.rewards[a] + paid
+        if self.matches is not None:  # a match's score is its result so far, not this round's
+            for k, a in enumerate(order):
+                player = self._role_of[k]
+                self.scores[a] = np.array([(m.result() or [0.0] * 2)[player] for m in self.matches])
 
     def _check_later_rounds(self, settings: GameSettings) -> None:
         """In a game of several rounds a later turn's prompt must show the answers so far:

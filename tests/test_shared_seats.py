@@ -100,3 +100,16 @@ def test_bad_sharing_is_refused_before_any_model_loads(
 def test_a_shared_seat_plays_its_owners_model(tiny_model_dir, tmp_path, no_model_load):
     with pytest.raises(SettingError, match="plays llm_0's model"):
         tiny_config(tiny_model_dir, tmp_path, learners=SHARED, models={"llm_1": "embedded"})
+
+
+def test_each_seats_turns_of_a_game_are_one_episode(tiny_model_dir, tmp_path):
+    """2 rounds, turns played pioneer, observer, pioneer, observer: the pioneer's turns of
+    game b are episode b, the observer's episode 4 + b, each numbered 0 then 1."""
+    config = tiny_config(tiny_model_dir, tmp_path, learners=SHARED, rounds=2)
+    game, learners = build_game_and_learners(config)
+    game.reset(seed=0)
+    play_batch(game, learners)
+    ro = learners["llm_0"].rollout
+    assert ro.episode.tolist() == [0, 1, 2, 3, 4, 5, 6, 7] * 2
+    assert ro.turn.tolist() == [0] * 8 + [1] * 8
+    assert ro.paid.tolist() == [False] * 8 + [True] * 8

@@ -66,6 +66,7 @@ def test_scripted_matches_follow_textarenas_rules(real_tok):
     paid = {a: np.stack(r, axis=1).tolist() for a, r in game.turn_rewards.items()}
     assert paid["llm_0"] == [[0, 0, 1, 0, 0], [0, 1, 0, 0, 0]]
     assert paid["llm_1"] == [[0, 0, -1, 0, 0], [0, -1, 0, 0, 0]]
+    assert game.scores["llm_0"].tolist() == [1, 1] and game.scores["llm_1"].tolist() == [-1, -1]
     stats = game.match_stats()
     assert stats["valid_move_rate"] == pytest.approx(6 / 8)
     assert (stats["finished"], stats["player_0_win_rate"], stats["draw_rate"]) == (1, 1, 0)
