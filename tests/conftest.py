@@ -132,6 +132,24 @@ def tiny_config(model_dir, run_dir, algorithm="cory", **overrides):
     return build_config("smoke", overrides=values, algorithm=algorithm)
 
 
+def tiny_flags(model_dir, run_dir=None, *, iterations=2, max_new_tokens="[2, 5]", **flags):
+    """The command line of a tiny CPU run of the smoke preset on the tiny model, as many
+    tests train: batches of 4, mini-batches of 2; ``flags`` add or replace settings
+    (``task="custom"`` -> ``--task custom``)."""
+    values = {
+        "preset": "smoke",
+        "model": str(model_dir),
+        "device": "cpu",
+        "batch_size": 4,
+        "mini_batch_size": 2,
+        "iterations": iterations,
+        "max_new_tokens": max_new_tokens,
+        **({} if run_dir is None else {"run_dir": str(run_dir)}),
+        **flags,
+    }
+    return [part for name, value in values.items() for part in (f"--{name}", str(value))]
+
+
 def load_script(path):
     """Import a script outside any package (bench/, examples/) as a module, once."""
     import importlib.util

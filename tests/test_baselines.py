@@ -34,7 +34,7 @@ from cory_rl.train.commands.train_flags import parse_args
 from cory_rl.train.config.resolve import build_config
 from cory_rl.train.training.loop import play_batch
 from cory_rl.train.training.run import run_training
-from tests.conftest import read_jsonl, tiny_config
+from tests.conftest import read_jsonl, tiny_config, tiny_flags
 
 D = torch.float64
 
@@ -517,29 +517,8 @@ def test_trains_and_resumes_through_the_run_path(tiny_model_dir, tmp_path, algor
 
 
 def test_cli_mixes_learners_in_a_two_agent_game(tiny_model_dir, tmp_path):
-    config, _ = parse_args(
-        [
-            "--preset",
-            "smoke",
-            "--model",
-            tiny_model_dir,
-            "--run_dir",
-            str(tmp_path / "r"),
-            "--device",
-            "cpu",
-            "--batch_size",
-            "4",
-            "--mini_batch_size",
-            "2",
-            "--iterations",
-            "2",
-            "--max_new_tokens",
-            "[2, 5]",
-            "--learners",
-            "{llm_0: ppo, llm_1: reinforce}",
-        ],
-        "cory",
-    )
+    flags = tiny_flags(tiny_model_dir, tmp_path / "r", learners="{llm_0: ppo, llm_1: reinforce}")
+    config, _ = parse_args(flags, "cory")
     rows = read_jsonl(run_training(config).path / "metrics.jsonl")
     assert "llm_0/ppo/loss_value" in rows[-1] and "llm_0/reinforce/loss" not in rows[-1]
     assert "llm_1/reinforce/loss" in rows[-1] and "llm_1/ppo/loss_value" not in rows[-1]

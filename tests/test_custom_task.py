@@ -16,7 +16,7 @@ import cory_env
 from cory_env.checks import RewardError, SettingError
 from cory_env.query import Query
 from cory_env.tasks.custom import template_prompt
-from tests.conftest import user_module
+from tests.conftest import tiny_flags, user_module
 
 PROMPTS = [f"question {i}" for i in range(10)]
 REWARD_MODULE = '''
@@ -161,31 +161,15 @@ def test_trains_from_the_command_line(user_folder, tiny_model_dir):
     settings = (
         f"{{dataset: data.csv, reward: '{module}.py:score', observer_template: 'Again: {{query}}'}}"
     )
-    config, _ = parse_args(
-        [
-            "--preset",
-            "smoke",
-            "--model",
-            tiny_model_dir,
-            "--run_dir",
-            str(folder / "run"),
-            "--device",
-            "cpu",
-            "--batch_size",
-            "4",
-            "--mini_batch_size",
-            "2",
-            "--iterations",
-            "1",
-            "--task",
-            "custom",
-            "--task_settings",
-            settings,
-            "--max_new_tokens",
-            "3",
-        ],
-        "cory",
+    flags = tiny_flags(
+        tiny_model_dir,
+        folder / "run",
+        iterations=1,
+        max_new_tokens=3,
+        task="custom",
+        task_settings=settings,
     )
+    config, _ = parse_args(flags, "cory")
     run = run_training(config)
     [row] = read_jsonl(run.path / "metrics.jsonl")
     assert row["pioneer/score"] in (0.0, 0.25, 0.5, 0.75, 1.0)  # a mean of 0/1 over 4 games

@@ -16,7 +16,7 @@ from cory_env.query import Query
 from cory_env.reward_model import RewardModelScore
 from cory_env.tasks import make_task
 from cory_env.tasks.hh import ASSISTANT, conversation_prompt, hh_held_out, hh_prompt
-from tests.conftest import make_tiny_tokenizer
+from tests.conftest import make_tiny_tokenizer, tiny_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 TOPICS = ["the movie", "the plot", "the ending", "the actors", "the story", "this film"]
@@ -152,30 +152,15 @@ def test_hh_trains_from_the_command_line(hh_file, reward_dir, tiny_model_dir, tm
         [
             sys.executable,
             str(ROOT / "train/cory.py"),
-            "--preset",
-            "smoke",
-            "--task",
-            "hh",
-            "--task_settings",
-            settings,
-            "--model",
-            tiny_model_dir,
-            "--device",
-            "cpu",
-            "--batch_size",
-            "4",
-            "--mini_batch_size",
-            "2",
-            "--iterations",
-            "2",
-            "--report_to",
-            "none",
-            "--run_dir",
-            str(run),
-            "--context_length",
-            "64",
-            "--max_new_tokens",
-            "[2, 4]",
+            *tiny_flags(
+                tiny_model_dir,
+                run,
+                max_new_tokens="[2, 4]",
+                task="hh",
+                task_settings=settings,
+                report_to="none",
+                context_length=64,
+            ),
         ],
         capture_output=True,
         text=True,

@@ -293,39 +293,19 @@ def test_truncated_answers_leave_the_loss(tiny_tokenizer, tiny_lm):
 def test_the_variants_are_flags_of_a_run(tiny_model_dir, tmp_path):
     from cory_rl.train.commands.train_flags import parse_args
     from cory_rl.train.training.run import run_training
-    from tests.conftest import read_jsonl
+    from tests.conftest import read_jsonl, tiny_flags
 
-    config, _ = parse_args(
-        [
-            "--preset",
-            "smoke",
-            "--model",
-            tiny_model_dir,
-            "--run_dir",
-            str(tmp_path / "r"),
-            "--device",
-            "cpu",
-            "--batch_size",
-            "4",
-            "--mini_batch_size",
-            "2",
-            "--iterations",
-            "1",
-            "--max_new_tokens",
-            "[2, 5]",
-            "--group_size",
-            "2",
-            "--loss_type",
-            "dr_grpo",
-            "--importance_sampling_level",
-            "sequence",
-            "--epsilon_high",
-            "0.28",
-            "--mask_truncated_completions",
-            "true",
-        ],
-        "grpo",
+    flags = tiny_flags(
+        tiny_model_dir,
+        tmp_path / "r",
+        iterations=1,
+        group_size=2,
+        loss_type="dr_grpo",
+        importance_sampling_level="sequence",
+        epsilon_high=0.28,
+        mask_truncated_completions="true",
     )
+    config, _ = parse_args(flags, "grpo")
     seat = config.seat_learners()["llm_0"][1]
     assert (seat.loss_type, seat.importance_sampling_level, seat.epsilon_high) == (
         "dr_grpo",

@@ -16,7 +16,7 @@ from cory_env.checks import SettingError
 from cory_rl.train.config.resolve import build_config
 from cory_rl.train.training.run import run_training
 from cory_rl.train.training.trackers import COMPLETION_COLUMNS, completion_rows
-from tests.conftest import tiny_config
+from tests.conftest import tiny_config, tiny_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,26 +29,7 @@ def needs(package):
 
 def train_reporting_to(tracker, model_dir, run_dir, env):
     """A tiny CORY run in its own process (trackers keep process-wide state)."""
-    flags = [
-        "--preset",
-        "smoke",
-        "--model",
-        model_dir,
-        "--run_dir",
-        str(run_dir),
-        "--device",
-        "cpu",
-        "--batch_size",
-        "4",
-        "--mini_batch_size",
-        "2",
-        "--iterations",
-        "2",
-        "--max_new_tokens",
-        "[2, 4]",
-        "--report_to",
-        tracker,
-    ]
+    flags = tiny_flags(model_dir, run_dir, max_new_tokens="[2, 4]", report_to=tracker)
     base = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     done = subprocess.run(
         [sys.executable, str(ROOT / "train" / "cory.py"), *flags],

@@ -9,7 +9,7 @@ from cory_rl.train.commands.train_flags import parse_args
 from cory_rl.train.config.presets import PRESETS
 from cory_rl.train.config.resolve import build_config
 from cory_rl.train.training.run import run_training
-from tests.conftest import read_jsonl, tiny_config
+from tests.conftest import read_jsonl, tiny_config, tiny_flags
 
 
 @pytest.mark.parametrize("algorithm", ["cory", "ppo"])
@@ -118,26 +118,7 @@ def test_readme_style_flags_train_end_to_end(tiny_model_dir, tmp_path, capsys):
     """``--learning_rate 1e-5`` once crashed inside torch's Adam (YAML 1.1 read a string)."""
     from cory_rl.train.commands.train import main
 
-    flags = [
-        "--preset",
-        "smoke",
-        "--model",
-        tiny_model_dir,
-        "--run_dir",
-        str(tmp_path / "r"),
-        "--device",
-        "cpu",
-        "--batch_size",
-        "4",
-        "--mini_batch_size",
-        "2",
-        "--iterations",
-        "2",
-        "--learning_rate",
-        "1e-5",
-        "--lam",
-        "-0.5",
-    ]
+    flags = tiny_flags(tiny_model_dir, tmp_path / "r", learning_rate="1e-5", lam=-0.5)
     run = main("ppo", flags)
     saved = yaml.safe_load((run.path / "config.yaml").read_text())
     assert saved["learner"]["learning_rate"] == 1e-5 and saved["game"]["lam"] == -0.5

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from cory_rl.train.commands import train as run
-from tests.conftest import read_jsonl, user_module
+from tests.conftest import read_jsonl, tiny_flags, user_module
 
 REWARDS = """
 NOT_A_FUNCTION = 3
@@ -59,26 +59,7 @@ def folder(tmp_path, monkeypatch):
 
 def train(folder, model, settings, *extra):
     flags = [
-        "--preset",
-        "smoke",
-        "--model",
-        model,
-        "--device",
-        "cpu",
-        "--run_dir",
-        str(folder / "run"),
-        "--batch_size",
-        "4",
-        "--mini_batch_size",
-        "2",
-        "--iterations",
-        "2",
-        "--max_new_tokens",
-        "3",
-        "--task",
-        "custom",
-        "--task_settings",
-        settings,
+        *tiny_flags(model, folder / "run", max_new_tokens=3, task="custom", task_settings=settings),
         *extra,
     ]
     return run.main("cory", flags)
