@@ -121,6 +121,8 @@ def test_a_learner_keeps_one_row_per_turn_and_learns_from_them(
     for k, record in enumerate(records):
         accepted = [len(ids) for ids in record.tokens]
         assert ro.mask[4 * k : 4 * (k + 1)].sum(dim=1).tolist() == accepted
+    paid = np.stack(game.turn_rewards["llm_0"])  # (rounds, B): each turn's pay, in row order
+    np.testing.assert_allclose(ro.rewards.numpy(), paid.reshape(-1), rtol=1e-6)
     scores = learner.shaping.scaled_rewards(ro)
     if not pay_every_round:
         assert (scores[:8] == 0).all()
