@@ -7,8 +7,12 @@ player 0 and half as player 1 (roles exchange every match); both seats sample at
 temperature 1 from their own streams, seeded. Matches are seeded from 1,000,000 on, apart
 from training's.
 
-    python examples/textarena_vs_base.py                          # the base against itself
-    python examples/textarena_vs_base.py --run runs/cory-textarena-...  # trained vs base
+    python examples/textarena_vs_base.py --run RUN          # the trained policy vs the base
+    python examples/textarena_vs_base.py --run RUN --base   # the base vs itself, same game
+    python examples/textarena_vs_base.py                    # the base vs itself, defaults
+
+``--base`` keeps the run's game and sampling settings (budget, repetition penalty,
+rounds) and seats the base model in the policy's seat: the "before" of a before/after.
 
 needs ``pip install -e ".[textarena]"``.
 """
@@ -19,8 +23,6 @@ import argparse
 import json
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from cory_rl.train.config.resolve import build_config
 from cory_rl.train.core.build import build_game_and_learners
@@ -54,21 +56,24 @@ def template(run: Path | None, env_id: str, rounds: int, matches: int) -> Any:
 
 def measure(
     run: Path | None,
+    base: bool = False,
     env_id: str = "TicTacToe-v0-train",
     rounds: int = 5,
     matches: int = 64,
     batch_size: int = 16,
     seed: int = 0,
 ) -> dict[str, float]:
-    """Play ``matches`` matches, the policy in seat ``llm_0``, the base model in ``llm_1``."""
-    policy = Player(f"{run}:llm_0", run, "llm_0") if run is not None else Player(BASE)
+    """Play ``matches`` matches, the policy (``base``: the base model) in seat ``llm_0``, the
+    base model in ``llm_1``."""
+    trained = run is not None and not base
+    policy = Player(f"{run}:llm_0", run, "llm_0") if trained else Player(BASE)
     config = seated_config(
         {"llm_0": policy, "llm_1": Player(BASE)}, template(run, env_id, rounds, matches)
     )
     config.seed, config.batch_size = seed, batch_size
     config.game = type(config.game)(**{**config.game.__dict__, "role_exchange_period": 1})
     game, learners = build_game_and_learners(config)
-    if run is not None:
+    if trained:
         learners["llm_0"].load(find_checkpoint(run) / "llm_0")
     totals = {"moves": 0, "invalid": 0, "wins": 0, "draws": 0, "losses": 0, "unfinished": 0}
     game.reset(seed=seed)
@@ -99,9 +104,12 @@ def measure(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument(
         "--run", type=Path, help="a run folder whose llm_0 plays (default: the base model)"
+    )
+    parser.add_argument(
+        "--base", action="store_true", help="seat the base model as the policy, in --run's game"
     )
     parser.add_argument(
         "--env_id", default="TicTacToe-v0-train", help="the TextArena game without --run"
@@ -113,10 +121,11 @@ def main() -> None:
     parser.add_argument("--batch_size", type=int, default=16, help="matches played at once")
     parser.add_argument("--seed", type=int, default=0, help="seed of the sampling")
     args = parser.parse_args()
-    figures = measure(args.run, args.env_id, args.rounds, args.matches, args.batch_size, args.seed)
+    figures = measure(
+        args.run, args.base, args.env_id, args.rounds, args.matches, args.batch_size, args.seed
+    )
     print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}))
 
 
 if __name__ == "__main__":
-    np.set_printoptions(precision=3)
     main()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from cory_env.checks import SettingError
 from cory_rl import run_training
 from cory_rl.agents.rollout import Rollout
 from cory_rl.agents.turns import without_empty_turns
-from tests.conftest import read_jsonl, tiny_config
+from tests.conftest import load_script, read_jsonl, tiny_config
 
 pytest.importorskip("textarena")  # the dev extra installs it; CI runs these tests
 
@@ -136,6 +137,14 @@ def test_self_play_with_one_shared_policy_trains(tiny_model_dir, tmp_path):
     assert len(rows) == 2
     assert 0 <= rows[-1]["game/valid_move_rate"] <= 1
     assert math.isfinite(rows[-1]["llm_0/ppo/loss_total"])
+    # examples/textarena_vs_base.py: the trained policy, then the base, against the base
+    example = load_script(Path(__file__).resolve().parents[1] / "examples/textarena_vs_base.py")
+    for base in (False, True):
+        figures = example.measure(run.path, base, matches=4, batch_size=2)
+        assert figures["matches"] == 4
+        rates = ("win_rate", "draw_rate", "loss_rate", "unfinished_rate")
+        assert sum(figures[k] for k in rates) == pytest.approx(1)
+        assert 0 <= figures["valid_move_rate"] <= 1
 
 
 def test_group_learners_refuse_games_with_empty_turns(tiny_model_dir, tmp_path):
