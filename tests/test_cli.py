@@ -22,6 +22,7 @@ MAINS = {
     "cory-plots": "cory_rl.train.commands.plots",
     "cory-health": "cory_rl.train.commands.health",
     "cory-tune": "cory_rl.train.commands.tuning",
+    "cory-frontier": "cory_rl.train.commands.frontier",
     "cory-eval-saved": "cory_rl.train.commands.eval_saved",
 }
 

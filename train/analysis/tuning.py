@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cory_rl.train.core.health import UNHEALTHY_SHARE, Band, HealthWatch
+from cory_rl.train.core.health import Band, run_health
 from cory_rl.train.core.run_folder import load_run_config, read_metrics
 
 
@@ -37,29 +37,21 @@ def setting_of(config: Any, setting: str) -> float:
     """A setting's value in a run's config: a learner setting, or a top-level one."""
     if setting in config.learner:
         return float(config.learner[setting])
+    if not hasattr(config, setting):
+        raise ValueError(
+            f"--setting {setting!r} is neither a learner setting nor a run setting; name the "
+            "one the runs vary, as the sweep's --setting did (learning_rate, init_kl_coef, ...)"
+        )
     return float(getattr(config, setting))
 
 
 def read_pilot(path: Path, setting: str, by: str, last: int, band: Band) -> Pilot:
     config = load_run_config(path)
     rows = read_metrics(path)
-    watch = HealthWatch(band).add_all(rows)
-    kls = [k for h in watch.agents.values() for k in h.approx_kl]
-    clips = [c for h in watch.agents.values() for c in h.clipfrac if c is not None]
-    kl, clip = statistics.median(kls), statistics.median(clips) if clips else 0.0
-    healthy = (
-        watch.judged
-        and watch.unhealthy_share <= UNHEALTHY_SHARE
-        and kl <= band.approx_kl
-        and clip <= band.clipfrac
-    )
+    healthy, health = run_health(rows, band)
     values = [float(r[by]) for r in rows[-last:] if by in r]
     if not values:
         raise ValueError(f"{path}: its metrics have no {by!r}; name another with --by")
-    health = (
-        f"approx_kl median {kl:.3f}, clipfrac median {clip:.3f}, "
-        f"{watch.unhealthy_share:.0%} outside"
-    )
     return Pilot(
         path,
         config.algorithm,

@@ -79,6 +79,13 @@ def tune() -> None:
     main()
 
 
+def frontier() -> None:
+    """``cory-frontier RESULTS --setting init_kl_coef``: each arm's frontier over a setting."""
+    from cory_rl.train.commands.frontier import main
+
+    main()
+
+
 def eval_saved() -> None:
     """``cory-eval-saved SAVED --like RUN ...``: evaluate model folders saved elsewhere."""
     from cory_rl.train.commands.eval_saved import main

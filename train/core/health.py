@@ -152,6 +152,29 @@ class HealthWatch:
         )
 
 
+def run_health(rows: Iterable[dict[str, Any]], band: Band | None = None) -> tuple[bool, str]:
+    """Whether a finished run's updates count (judged, at most :data:`UNHEALTHY_SHARE` of
+    them outside the band, both medians over every agent's updates inside it) and one line
+    that says why: the rule a study states before its runs."""
+    watch = HealthWatch(band).add_all(rows)
+    kls = [k for h in watch.agents.values() for k in h.approx_kl]
+    if not kls:
+        return False, "no update statistics logged"
+    clips = [c for h in watch.agents.values() for c in h.clipfrac if c is not None]
+    kl, clip = statistics.median(kls), statistics.median(clips) if clips else 0.0
+    healthy = (
+        watch.judged
+        and watch.unhealthy_share <= UNHEALTHY_SHARE
+        and kl <= watch.band.approx_kl
+        and clip <= watch.band.clipfrac
+    )
+    text = (
+        f"approx_kl median {kl:.3f}, clipfrac median {clip:.3f}, "
+        f"{watch.unhealthy_share:.0%} outside"
+    )
+    return healthy, text
+
+
 def health_table(paths: list[Path], band: Band | None = None) -> str:
     """A markdown table, one row per run found under ``paths``: its updates (agent x
     iteration), the medians over them and the share outside ``band``."""

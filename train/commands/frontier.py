@@ -1,0 +1,52 @@
+"""A frontier over a setting: each arm's held-out (KL, reward) as the setting varies, at
+matched KL with tests, and the collapse signals along training.
+
+python -m cory_rl.train.commands.frontier RESULTS --setting init_kl_coef   # or cory-frontier
+python -m cory_rl.train.commands.frontier RESULTS --setting init_kl_coef --at_kl 2 4 8
+
+What it writes: ``cory_rl.train.analysis.frontier``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cory_rl.train.analysis.frontier_report import report
+from cory_rl.train.commands.parser import ArgumentParser, number_at_least
+
+
+def main(argv: list[str] | None = None) -> list[Path]:
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders, results or sweep folders")
+    parser.add_argument(
+        "--setting", required=True, help="the setting the runs vary (e.g. init_kl_coef)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="folder for the tables and figure (default: frontier/ beside the first folder)",
+    )
+    parser.add_argument("--point", default="pioneer", help="a role or an agent of the runs")
+    parser.add_argument(
+        "--baseline", help="the arm the others are tested against (default: ppo, else the first)"
+    )
+    parser.add_argument(
+        "--at_kl",
+        type=number_at_least(0),
+        nargs="+",
+        help="held-out KLs of the matched comparison (default: 5 up to the largest KL every "
+        "counted seed reaches)",
+    )
+    args = parser.parse_args(argv)
+    out = args.out or args.runs[0].resolve().parent / "frontier"
+    try:
+        written = report(args.runs, args.setting, out, args.point, args.baseline, args.at_kl)
+    except (FileNotFoundError, ValueError, AttributeError) as err:
+        parser.error(str(err))
+    for path in written:
+        print(path)
+    return written
+
+
+if __name__ == "__main__":
+    main()
