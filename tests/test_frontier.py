@@ -4,6 +4,7 @@ training, checked against values computed by hand."""
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 
 import pytest
@@ -12,6 +13,7 @@ from scipy import stats
 from cory_rl.train.analysis import frontier
 from cory_rl.train.commands import frontier as command
 from cory_rl.train.config.resolve import build_config
+from cory_rl.train.core import results
 from cory_rl.train.core.run_folder import EVAL_FORMAT
 from cory_rl.train.evaluation import inference, report
 
@@ -38,7 +40,14 @@ def evaluation(updates, reward, kl, hit_budget=True, text="answer"):
             for column, value in row.items():
                 answers[column].append(value)
     rows, summary = report.summarise(answers)
-    return {"format": EVAL_FORMAT, "updates": updates, "rows": rows, "summary": summary}
+    return {
+        "format": EVAL_FORMAT,
+        "run": "/somewhere/runs/ppo",
+        "updates": updates,
+        "rows": rows,
+        "summary": summary,
+        "answers": answers,
+    }
 
 
 def fake_run(path, algorithm, seed, coef, trajectory, approx_kl=0.01, iterations=20):
@@ -168,3 +177,16 @@ def test_bad_input_is_refused_in_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         command.main([str(bare), "--setting", "init_kl_coef"])
     assert "no evaluation along training" in capsys.readouterr().err
+
+
+def test_compact_results_give_the_same_numbers_and_name_their_run(tmp_path):
+    run = fake_run(tmp_path / "runs" / "ppo-0.1-0", "ppo", 0, 0.1, [(0, 0.0, 0.1), (10, 1.5, 0.3)])
+    saved = results.save_results(run, tmp_path / "results" / run.name)
+    assert frontier.read_arm(saved, "init_kl_coef", "pioneer").evaluations == (
+        frontier.read_arm(run, "init_kl_coef", "pioneer").evaluations
+    )
+    # committed results say which run, not where it lived
+    assert json.loads((saved / "done.json").read_text())["run"] == "ppo-0.1-0"
+    assert "run_dir: ppo-0.1-0\n" in (saved / "config.yaml").read_text()
+    compact = json.loads(gzip.decompress((saved / "evals" / "updates_000010.json.gz").read_bytes()))
+    assert "rows" not in compact and compact["run"] == "ppo"

@@ -29,7 +29,7 @@ from cory_rl.train.analysis.tuning import setting_of
 from cory_rl.train.core import stopping
 from cory_rl.train.core.health import Band, run_health
 from cory_rl.train.core.run_folder import evaluations_along, load_run_config, read_metrics
-from cory_rl.train.evaluation import inference
+from cory_rl.train.evaluation import inference, report
 
 SIGNALS = (
     "kl",
@@ -77,7 +77,13 @@ class Arm:
 def eval_point(evaluation: dict[str, Any], point: str) -> dict[str, Any] | None:
     """The numbers of one evaluation at ``point`` (a role or an agent): the trained model's
     row, or the only row (the untouched model, before the first update)."""
-    rows = [r for r in evaluation.get("rows", []) if point in (r.get("role"), r.get("agent"))]
+    if "rows" in evaluation:
+        cells = evaluation["rows"]
+    else:  # compact results keep the answers, not the per-cell rows made from them
+        cells, _ = report.summarise(
+            evaluation["answers"], checked=evaluation.get("answer_checked", False)
+        )
+    rows = [r for r in cells if point in (r.get("role"), r.get("agent"))]
     trained = [r for r in rows if r.get("model") == "trained"]
     rows = trained or rows
     if not rows:

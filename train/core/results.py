@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -53,7 +54,18 @@ def exists(path: Path) -> bool:
 
 
 def compact_evaluation(evaluation: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in evaluation.items() if k not in DROPPED}
+    """The evaluation without what is recomputed, naming its run by folder name (results
+    are committed: they say which run, not where it lived)."""
+    compact = {k: v for k, v in evaluation.items() if k not in DROPPED}
+    if compact.get("run"):
+        compact["run"] = Path(compact["run"]).name
+    return compact
+
+
+def _config_text(run_path: Path) -> str:
+    """The run's ``config.yaml`` with ``run_dir`` as the run folder's name."""
+    text = (run_path / "config.yaml").read_text()
+    return re.sub(r"^run_dir: .*$", f"run_dir: {run_path.name}", text, count=1, flags=re.M)
 
 
 def save_results(run_path: Path, dest: Path) -> Path:
@@ -61,7 +73,7 @@ def save_results(run_path: Path, dest: Path) -> Path:
     run_path, dest = Path(run_path), Path(dest)
     (dest / "evals").mkdir(parents=True, exist_ok=True)
     (dest / DONE).unlink(missing_ok=True)  # incomplete until written again, last
-    shutil.copyfile(run_path / "config.yaml", dest / "config.yaml")
+    (dest / "config.yaml").write_text(_config_text(run_path))
     metrics = (run_path / "metrics.jsonl").read_text()
     _write_gzip(dest / "metrics.jsonl.gz", metrics)
     files = ["config.yaml", "metrics.jsonl.gz"]
@@ -78,7 +90,7 @@ def save_results(run_path: Path, dest: Path) -> Path:
         files.append(STOPPED)
     rows = [json.loads(line) for line in metrics.splitlines() if line.strip()]
     iterations = max((int(r["iteration"]) + 1 for r in rows), default=0)
-    done = {"run": str(run_path), "iterations": iterations, "files": files}
+    done = {"run": run_path.name, "iterations": iterations, "files": files}
     (dest / DONE).write_text(json.dumps(done, indent=1) + "\n")
     return dest
 
