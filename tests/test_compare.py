@@ -398,3 +398,36 @@ def test_an_answer_checked_task_gets_pass_at_k_along_training(tmp_path):
     fake_run(other / "ppo-0", "ppo", 0, 0.1, [0.1], 0.1, evaluation=(0.3, 1.0))
     compare.compare([other], tmp_path / "out2")
     assert not (tmp_path / "out2" / "pass_at_k.md").exists()
+
+
+def test_a_two_agent_checked_game_gets_the_observer_s_reference_use_along_training(tmp_path):
+    """The observer's pass@1 after a right and after a wrong pioneer answer, per seed and
+    mean ± std over seeds; a game without an observer gets no such table."""
+    for seed, observer_right in ((0, (1.0, 0.0)), (1, (1.0, 1.0))):
+        run = fake_run(tmp_path / f"cory-{seed}", "cory", seed, 0.1, [0.1], 0.1)
+        (run / "evals").mkdir()
+        pioneer = fake_answers("trained", 0.0, 1.0, (0.0,) * 2)  # 2 queries x 2 samples
+        pioneer["reward"] = [float(q == 0) for q in pioneer["query"]]  # right on query 0
+        observer = fake_answers("trained", 0.0, 1.0, (0.0,) * 2)
+        observer["agent"], observer["role"] = ["llm_1"] * 4, ["observer"] * 4
+        # after the right answer (query 0) and after the wrong one (query 1)
+        observer["reward"] = [observer_right[q] for q in observer["query"]]
+        _, summary = report.summarise(report.concat(pioneer, observer), checked=True)
+        (run / "evals" / "updates_000010.json").write_text(
+            json.dumps({"format": EVAL_FORMAT, "updates": 10, "summary": summary})
+        )
+    out = tmp_path / "out"
+    compare.compare([tmp_path], out)
+    assert (
+        "| cory | 10 | 2 | 1.000 ± 0.000 | 0.500 ± 0.707 |"
+        in (out / "reference_use.md").read_text()
+    )
+    rows = list(csv.DictReader((out / "reference_use.csv").open()))
+    assert [(r["seed"], float(r["given_right"]), float(r["given_wrong"])) for r in rows] == [
+        ("0", 1.0, 0.0),
+        ("1", 1.0, 1.0),
+    ]
+    other = tmp_path / "other"
+    fake_run(other / "ppo-0", "ppo", 0, 0.1, [0.1], 0.1, evaluation=(0.3, 1.0))
+    compare.compare([other], tmp_path / "out2")
+    assert not (tmp_path / "out2" / "reference_use.md").exists()

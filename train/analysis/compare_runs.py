@@ -19,7 +19,8 @@ whose configs differ only in ``seed`` (and ``run_dir``) form one group. It write
   each eta), and ``matched_kl.md``: each group's held-out reward at the same KL, read off
   each seed's trajectory (linear between evaluations), with intervals over seeds and a
   Welch test against the baseline; for an answer-checked task ``pass_at_k.md``: pass@k and
-  KL along training.
+  KL along training, and for its two-agent games ``reference_use.md``: the observer's
+  pass@1 after a right and after a wrong pioneer answer along training.
 
 Each figure's and table's numbers are written beside it as CSV.
 """
@@ -47,6 +48,7 @@ from cory_rl.train.analysis.trajectories import (
     default_kls,
     matched_kl_rows,
     pass_at_k_rows,
+    reference_use_rows,
 )
 from cory_rl.train.config.files import write_text
 from cory_rl.train.evaluation import inference, measures
@@ -233,6 +235,43 @@ def write_pass_at_k(groups: list[Group], point: str, out: Path) -> tuple[Path, P
     return table_csv, table_md
 
 
+def write_reference_use(groups: list[Group], out: Path) -> tuple[Path, Path] | None:
+    """``reference_use.csv`` (per seed) and ``reference_use.md`` (mean ± std over seeds)
+    along training, for an answer-checked two-agent game; None for another."""
+    rows = reference_use_rows(groups)
+    if not rows:
+        return None
+    table_csv, table_md = out / "reference_use.csv", out / "reference_use.md"
+    write_csv(table_csv, rows, ["group", "seed", "updates", "given_right", "given_wrong"])
+    lines = [
+        "The observer's pass@1 after a right pioneer answer and after a wrong one in the same "
+        "game, along training, mean ± std over seeds: a correct reference is used when the "
+        "first is well above the second.",
+        "",
+        "| group | updates | seeds | after a right answer | after a wrong answer |",
+        "|---|---|---|---|---|",
+    ]
+    cells: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        cells.setdefault((row["group"], row["updates"]), []).append(row)
+    for (label, updates), seeds in cells.items():
+
+        def text(name: str, seeds: list[dict[str, Any]] = seeds) -> str:
+            values = [r[name] for r in seeds if r[name] is not None]
+            if not values:
+                return "n/a"
+            t = inference.t_interval(values)
+            return f"{t['mean']:.3f}" + ("" if t["std"] is None else f" ± {t['std']:.3f}")
+
+        lines.append(
+            f"| {label} | {updates} | {len(seeds)} | {text('given_right')} | "
+            f"{text('given_wrong')} |"
+        )
+    write_text(table_md, "\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return table_csv, table_md
+
+
 def compare(
     paths: list[Path],
     out: Path | None = None,
@@ -271,6 +310,7 @@ def compare(
     kls = at_kl if at_kl else default_kls(groups, point)
     written += write_matched_kl(groups, base_group, point, kls, out) or ()
     written += write_pass_at_k(groups, point, out) or ()
+    written += write_reference_use(groups, out) or ()
     for group in groups:
         print(f"compare: {group.label}: {len(group.runs)} seed(s)")
     return written

@@ -50,6 +50,34 @@ def pass_at_k_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
     return rows
 
 
+def reference_use_rows(groups: list[Group]) -> list[dict[str, Any]]:
+    """Per run and evaluation along training of an answer-checked two-agent game: the
+    observer's pass@1 after a right pioneer answer and after a wrong one (whether it uses a
+    correct reference, ``cory_rl.train.evaluation.report.reference_use``)."""
+    rows = []
+    for group in groups:
+        for run in group.runs:
+            for evaluation in evaluations_along(run.path):
+                for numbers in evaluation.get("summary", {}).values():
+                    cell = numbers.get("observer") or {}
+                    right, wrong = (
+                        cell.get("observer_given_right"),
+                        cell.get("observer_given_wrong"),
+                    )
+                    if right is None and wrong is None:
+                        continue
+                    rows.append(
+                        {
+                            "group": group.label,
+                            "seed": run.config.get("seed"),
+                            "updates": evaluation["updates"],
+                            "given_right": right,
+                            "given_wrong": wrong,
+                        }
+                    )
+    return rows
+
+
 def default_kls(groups: list[Group], point: str, count: int = 4) -> list[float]:
     """``count`` KL values up to the largest KL that every seed's trajectory reaches."""
     reached = [
