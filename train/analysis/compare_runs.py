@@ -197,6 +197,23 @@ def write_matched_kl(
     return table_csv, table_md
 
 
+def _by_evaluation(rows: list[dict[str, Any]]) -> dict[tuple[str, int], list[dict[str, Any]]]:
+    """Per-seed rows along training, gathered per group and number of updates."""
+    cells: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in rows:
+        cells.setdefault((row["group"], row["updates"]), []).append(row)
+    return cells
+
+
+def _over_seeds(seeds: list[dict[str, Any]], name: str, missing: str = "") -> str:
+    """``name``'s mean ± std over the seeds that have it (the mean alone for one seed)."""
+    values = [r[name] for r in seeds if r.get(name) is not None]
+    if not values:
+        return missing
+    t = inference.t_interval(values)
+    return f"{t['mean']:.3f}" + ("" if t["std"] is None else f" ± {t['std']:.3f}")
+
+
 def write_pass_at_k(groups: list[Group], point: str, out: Path) -> tuple[Path, Path] | None:
     """``pass_at_k.csv`` (per seed) and ``pass_at_k.md`` (mean ± std over seeds) along
     training, for an answer-checked task; None for another task."""
@@ -213,21 +230,11 @@ def write_pass_at_k(groups: list[Group], point: str, out: Path) -> tuple[Path, P
         "| group | updates | seeds | KL | " + " | ".join(ks) + " |",
         "|---|---|---|---|" + "---|" * len(ks),
     ]
-    cells: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for row in rows:
-        cells.setdefault((row["group"], row["updates"]), []).append(row)
-    for (label, updates), seeds in cells.items():
-
-        def text(name: str, seeds: list[dict[str, Any]] = seeds) -> str:
-            values = [r[name] for r in seeds if r.get(name) is not None]
-            if not values:  # a k this group's answers per query do not reach
-                return ""
-            t = inference.t_interval(values)
-            return f"{t['mean']:.3f}" + ("" if t["std"] is None else f" ± {t['std']:.3f}")
-
+    for (label, updates), seeds in _by_evaluation(rows).items():
+        # empty where a k this group's answers per query do not reach
         lines.append(
-            f"| {label} | {updates} | {len(seeds)} | {text('kl')} | "
-            + " | ".join(text(k) for k in ks)
+            f"| {label} | {updates} | {len(seeds)} | {_over_seeds(seeds, 'kl')} | "
+            + " | ".join(_over_seeds(seeds, k) for k in ks)
             + " |"
         )
     write_text(table_md, "\n".join(lines) + "\n")
@@ -251,21 +258,10 @@ def write_reference_use(groups: list[Group], out: Path) -> tuple[Path, Path] | N
         "| group | updates | seeds | after a right answer | after a wrong answer |",
         "|---|---|---|---|---|",
     ]
-    cells: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for row in rows:
-        cells.setdefault((row["group"], row["updates"]), []).append(row)
-    for (label, updates), seeds in cells.items():
-
-        def text(name: str, seeds: list[dict[str, Any]] = seeds) -> str:
-            values = [r[name] for r in seeds if r[name] is not None]
-            if not values:
-                return "n/a"
-            t = inference.t_interval(values)
-            return f"{t['mean']:.3f}" + ("" if t["std"] is None else f" ± {t['std']:.3f}")
-
+    for (label, updates), seeds in _by_evaluation(rows).items():
         lines.append(
-            f"| {label} | {updates} | {len(seeds)} | {text('given_right')} | "
-            f"{text('given_wrong')} |"
+            f"| {label} | {updates} | {len(seeds)} | {_over_seeds(seeds, 'given_right', 'n/a')} "
+            f"| {_over_seeds(seeds, 'given_wrong', 'n/a')} |"
         )
     write_text(table_md, "\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -3,6 +3,7 @@ signals read off it at matched KLs with their tests, and pass@k along training."
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -28,25 +29,32 @@ def trajectory(run: Run, point: str, quantity: str = "reward") -> list[tuple[int
     return out
 
 
-def pass_at_k_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
-    """Per run and evaluation along training of an answer-checked task: the updates, the
-    held-out KL and pass@k at ``point`` for every k the evaluation reports."""
-    rows = []
+def summaries_along(groups: list[Group]) -> Iterator[tuple[Group, Run, int, dict[str, Any]]]:
+    """Every evaluation along training of every run: its group, run, updates and each
+    model's summary (per role and ``all``)."""
     for group in groups:
         for run in group.runs:
             for evaluation in evaluations_along(run.path):
                 for numbers in evaluation.get("summary", {}).values():
-                    cell = numbers.get(point) or {}
-                    if cell.get("pass@k"):
-                        rows.append(
-                            {
-                                "group": group.label,
-                                "seed": run.config.get("seed"),
-                                "updates": evaluation["updates"],
-                                "kl": cell.get("kl"),
-                                **{f"pass@{k}": v for k, v in cell["pass@k"].items()},
-                            }
-                        )
+                    yield group, run, evaluation["updates"], numbers
+
+
+def pass_at_k_rows(groups: list[Group], point: str) -> list[dict[str, Any]]:
+    """Per run and evaluation along training of an answer-checked task: the updates, the
+    held-out KL and pass@k at ``point`` for every k the evaluation reports."""
+    rows = []
+    for group, run, updates, numbers in summaries_along(groups):
+        cell = numbers.get(point) or {}
+        if cell.get("pass@k"):
+            rows.append(
+                {
+                    "group": group.label,
+                    "seed": run.config.get("seed"),
+                    "updates": updates,
+                    "kl": cell.get("kl"),
+                    **{f"pass@{k}": v for k, v in cell["pass@k"].items()},
+                }
+            )
     return rows
 
 
@@ -55,26 +63,19 @@ def reference_use_rows(groups: list[Group]) -> list[dict[str, Any]]:
     observer's pass@1 after a right pioneer answer and after a wrong one (whether it uses a
     correct reference, ``cory_rl.train.evaluation.report.reference_use``)."""
     rows = []
-    for group in groups:
-        for run in group.runs:
-            for evaluation in evaluations_along(run.path):
-                for numbers in evaluation.get("summary", {}).values():
-                    cell = numbers.get("observer") or {}
-                    right, wrong = (
-                        cell.get("observer_given_right"),
-                        cell.get("observer_given_wrong"),
-                    )
-                    if right is None and wrong is None:
-                        continue
-                    rows.append(
-                        {
-                            "group": group.label,
-                            "seed": run.config.get("seed"),
-                            "updates": evaluation["updates"],
-                            "given_right": right,
-                            "given_wrong": wrong,
-                        }
-                    )
+    for group, run, updates, numbers in summaries_along(groups):
+        cell = numbers.get("observer") or {}
+        right, wrong = cell.get("observer_given_right"), cell.get("observer_given_wrong")
+        if right is not None or wrong is not None:
+            rows.append(
+                {
+                    "group": group.label,
+                    "seed": run.config.get("seed"),
+                    "updates": updates,
+                    "given_right": right,
+                    "given_wrong": wrong,
+                }
+            )
     return rows
 
 
