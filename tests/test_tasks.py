@@ -11,7 +11,7 @@ import pytest
 
 import cory_env
 from cory_env import batched_game, custom_task, register_task
-from cory_env.checks import SettingError
+from cory_env.checks import DataError, SettingError
 from cory_env.rewards import AnswerCheckReward, ClassifierSentimentReward, VaderSentimentReward
 from cory_env.tasks import (
     Query,
@@ -404,6 +404,16 @@ def test_gsm8k_local_file_and_errors(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="gone.jsonl does not exist.*dataset=None"):
         make_task("gsm8k", dataset=str(tmp_path / "gone.jsonl"))
 
+
+
+def test_gsm8k_offline_hub_dataset_is_one_line_naming_the_fixture(monkeypatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DataError) as err:
+        make_task("gsm8k", dataset="openai/gsm8k")
+    message = str(err.value)
+    assert message.startswith("task 'gsm8k': could not load dataset 'openai/gsm8k'")
+    assert "dataset=None" in message and "\n" not in message
 
 # ---------------------------------------------------------------- local data files
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -126,3 +127,27 @@ def text_field(record: Record, name: str, source: str) -> str:
             f"{str(value)[:60]!r}"
         )
     return value
+
+
+def dataset_records(
+    task: str, dataset: str, split: str, offline_hint: str, config: str | None = None
+) -> tuple[str, Iterator[Record]]:
+    """(the source named in messages, its records in order) of a local JSON(L) file or a
+    hub dataset (``config`` its configuration). A dataset that cannot be loaded (no hub,
+    an unknown split) is one line that ends with ``offline_hint``."""
+    if Path(dataset).suffix.lower() in JSON_SUFFIXES:  # a local file: read line by line
+        source = f"task {task!r}: {dataset}"
+        text = read_local_text(dataset, source, missing_hint=offline_hint)
+        return source, iter(json_records(text, source))
+    try:
+        import datasets
+
+        data = datasets.load_dataset(dataset, config, split=split)
+    except Exception as err:  # no hub, unknown config or split: what to download instead
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise checks.DataError(
+            f"task {task!r}: could not load dataset {dataset!r} (split {split!r}): {first}. "
+            + offline_hint
+        ) from None
+    source = f"task {task!r}: dataset {dataset!r} (split {split!r})"
+    return source, (Record(f"row {i}", dict(row)) for i, row in enumerate(data))

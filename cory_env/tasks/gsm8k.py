@@ -7,7 +7,6 @@ with a hub, ``openai/gsm8k`` (config "main"); or any local GSM8K-format JSON(L) 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from cory_env import checks
@@ -16,11 +15,10 @@ from cory_env.query import Query
 from cory_env.rewards import AnswerCheckReward
 from cory_env.tasks.base import HeldOut, Task, is_local_file, select_count
 from cory_env.tasks.files import (
-    JSON_SUFFIXES,
     Record,
     dataset_name,
+    dataset_records,
     json_records,
-    read_local_text,
     read_package_text,
     text_field,
 )
@@ -57,21 +55,7 @@ def _load_records(dataset: str | None, split: str) -> tuple[str, Iterator[Record
     if dataset is None:
         source = f"task 'gsm8k': {FIXTURE_FILE}"
         return source, iter(json_records(read_package_text(FIXTURE_FILE), source))
-    if Path(dataset).suffix.lower() in JSON_SUFFIXES:  # a local file: read line by line
-        source = f"task 'gsm8k': {dataset}"
-        text = read_local_text(dataset, source, missing_hint=_OFFLINE_HINT)
-        return source, iter(json_records(text, source))
-    try:
-        import datasets
-
-        data = datasets.load_dataset(dataset, "main", split=split)
-    except Exception as err:  # no hub, unknown config or split
-        raise checks.DataError(
-            f"task 'gsm8k': could not load dataset {dataset!r} (split {split!r}): {err}. "
-            + _OFFLINE_HINT
-        ) from err
-    source = f"task 'gsm8k': dataset {dataset!r} (split {split!r})"
-    return source, (Record(f"row {i}", dict(row)) for i, row in enumerate(data))
+    return dataset_records("gsm8k", dataset, split, _OFFLINE_HINT, config="main")
 
 
 def gsm8k_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:

@@ -11,8 +11,7 @@ with the conversation itself as ``prompt``. Nothing is packaged: HH's texts are 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from cory_env import checks
@@ -21,11 +20,8 @@ from cory_env.reward_model import DEFAULT_HH_REWARD_MODEL, RewardModelScore
 from cory_env.rewards import REWARD_NAMES, RewardCallable, make_reward
 from cory_env.tasks.base import HeldOut, Task, is_local_file, select_count
 from cory_env.tasks.files import (
-    JSON_SUFFIXES,
-    Record,
     dataset_name,
-    json_records,
-    read_local_text,
+    dataset_records,
     text_field,
 )
 from cory_env.tasks.registry import register_task
@@ -54,26 +50,6 @@ def conversation_prompt(transcript: str) -> str:
     if HUMAN not in prompt:
         raise ValueError("it has no '\\n\\nHuman:' turn before its last 'Assistant:'")
     return prompt
-
-
-def _records(dataset: str, split: str) -> tuple[str, Iterator[Record]]:
-    """(the source named in messages, its records in order)."""
-    if Path(dataset).suffix.lower() in JSON_SUFFIXES:  # a local file: read line by line
-        source = f"task 'hh': {dataset}"
-        text = read_local_text(dataset, source, missing_hint=_OFFLINE_HINT)
-        return source, iter(json_records(text, source))
-    try:
-        import datasets
-
-        data = datasets.load_dataset(dataset, split=split)
-    except Exception as err:  # no hub, unknown split: what to download instead
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise checks.DataError(
-            f"task 'hh': could not load dataset {dataset!r} (split {split!r}): {first}. "
-            + _OFFLINE_HINT
-        ) from None
-    source = f"task 'hh': dataset {dataset!r} (split {split!r})"
-    return source, (Record(f"row {i}", dict(row)) for i, row in enumerate(data))
 
 
 def hh_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
@@ -147,7 +123,7 @@ def make_hh_task(
     if n_queries is not None:
         n_queries = checks.integer(n_queries, "n_queries", minimum=1, where=where)
     reward_fn = hh_reward(reward, reward_input)
-    source, records = _records(dataset, split)
+    source, records = dataset_records("hh", dataset, split, _OFFLINE_HINT)
     queries, too_long = [], 0
     for record in records:
         field = "chosen" if "chosen" in record.data else "prompt"
