@@ -405,7 +405,6 @@ def test_gsm8k_local_file_and_errors(tmp_path: Path) -> None:
         make_task("gsm8k", dataset=str(tmp_path / "gone.jsonl"))
 
 
-
 def test_gsm8k_offline_hub_dataset_is_one_line_naming_the_fixture(monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
@@ -414,6 +413,7 @@ def test_gsm8k_offline_hub_dataset_is_one_line_naming_the_fixture(monkeypatch) -
     message = str(err.value)
     assert message.startswith("task 'gsm8k': could not load dataset 'openai/gsm8k'")
     assert "dataset=None" in message and "\n" not in message
+
 
 # ---------------------------------------------------------------- local data files
 
