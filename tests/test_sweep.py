@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,8 +161,6 @@ def test_committed_results_count_as_done_where_the_run_folders_are_gone(
 
 
 def test_a_results_folder_git_ignores_is_refused(tmp_path, monkeypatch, capsys):
-    import subprocess
-
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     (tmp_path / ".gitignore").write_text("runs/\n")
     monkeypatch.chdir(tmp_path)
@@ -181,3 +182,59 @@ def test_each_algorithm_takes_its_own_settings():
         sweep.make_grid(["ppo"], [0], None, None, {"grpo": {"learning_rate": 1e-5}})
     with pytest.raises(ValueError, match="the swept setting"):
         sweep.make_grid(["ppo"], [0], "learning_rate", ["1e-5"], {"ppo": {"learning_rate": 1e-5}})
+
+
+def test_two_sweeps_of_one_grid_share_it(tmp_path, monkeypatch, capsys):
+    """A point another sweep holds is passed over, its record in sweep.json is kept, and
+    a run started by hand in a point's folder is passed over too; holds end with the sweep."""
+    out = tmp_path / "sweep"
+    points = sweep.make_grid(["ppo"], [0], "lam", ["1", "2", "3"])
+    trained = []
+
+    def fake_run_point(point, out_, train_flags, preset):
+        if point.value == "3":
+            raise sweep.RunFolderBusy(f"{out_ / point.name} is being written by a run")
+        trained.append(point.name)
+        return "new"
+
+    monkeypatch.setattr(sweep, "run_point", fake_run_point)
+    other = sweep.hold_point(out, points[0])  # another sweep is training the first point
+    assert other is not None and sweep.hold_point(out, points[0]) is None
+    sweep.write_record(out, {}, [{"name": points[0].name, "status": "new"}])
+
+    runs = sweep.sweep(points, out, [], on_finish=f"echo {{name}} >> {tmp_path / 'log'}")
+
+    assert [r["status"] for r in runs] == ["busy", "new", "busy"]
+    assert trained == [points[1].name]
+    assert (tmp_path / "log").read_text().split() == [points[1].name]  # only what it ran
+    on_disk = {r["name"]: r["status"] for r in json.loads((out / "sweep.json").read_text())["runs"]}
+    assert on_disk == {points[0].name: "new", points[1].name: "new", points[2].name: "busy"}
+    printed = capsys.readouterr().out
+    assert "another sweep is on it, passed over" in printed
+    assert "another run is writing its folder" in printed and "2 point(s)" in printed
+    other.release()
+    for point in points:  # nothing is held once the sweep is over
+        hold = sweep.hold_point(out, point)
+        assert hold is not None
+        hold.release()
+
+
+def test_two_sweep_processes_split_a_grid(tiny_model_dir, tmp_path):
+    """The same sweep command in two processes at once: every point is trained once, and
+    neither sweep stops at the point the other is on."""
+    out = tmp_path / "sweep"
+    code = "import sys; from cory_rl.train.commands import sweep; sweep.main(sys.argv[1:])"
+    command = [sys.executable, "-c", code, *sweep_flags(tiny_model_dir, out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    both = [
+        subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+        for _ in range(2)
+    ]
+    printed = [p.communicate(timeout=600)[0].decode() for p in both]
+    assert [p.returncode for p in both] == [0, 0], printed
+    names = [f"ppo-init_kl_coef_{v}-seed_0" for v in ("0.1", "0.2", "0.3")]
+    for name in names:
+        assert sum(text.count(f"sweep: {name}: training") for text in printed) == 1, printed
+        assert [r["iteration"] for r in read_jsonl(out / name / "metrics.jsonl")] == [0, 1]
+    record = json.loads((out / "sweep.json").read_text())
+    assert sorted(r["name"] for r in record["runs"]) == sorted(names)

@@ -22,6 +22,8 @@ import dataclasses
 import gc
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -41,12 +43,19 @@ from cory_rl.train.config.train_config import TrainConfig
 from cory_rl.train.core.checkpoint import find_checkpoint, load_json_state
 from cory_rl.train.core.errors import USER_ERRORS, one_line
 from cory_rl.train.core.results import save_results, saved_iterations
-from cory_rl.train.core.run_folder import clear_run_folder, load_run_config
+from cory_rl.train.core.run_folder import (
+    RunFolderBusy,
+    RunLock,
+    clear_run_folder,
+    load_run_config,
+)
 from cory_rl.train.core.stopping import stopped
 from cory_rl.train.evaluation.evaluator import evaluate_run
 from cory_rl.train.training.run import run_training
 
 SWEEP_FILE = "sweep.json"
+HOLDS = ".holds"
+"""Under OUT: one folder per point a sweep is working on (its lock), shared by sweeps."""
 
 
 @dataclass(frozen=True)
@@ -172,8 +181,46 @@ def run_point(point: GridPoint, out: Path, train_flags: list[str], preset: str |
     return status
 
 
+@contextmanager
+def _sweep_file_lock(out: Path) -> Iterator[None]:
+    """Serialise the read-modify-write of ``sweep.json`` between sweeps (none on Windows)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    folder = out / HOLDS
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "sweep.json.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
+
+
 def write_record(out: Path, grid: dict[str, Any], runs: list[dict[str, Any]]) -> None:
-    write_text(out / SWEEP_FILE, json.dumps({"grid": grid, "runs": runs}, indent=1) + "\n")
+    """Write this sweep's records into ``sweep.json``, keeping those other sweeps of the
+    folder wrote; a point another sweep held ("busy") never replaces that sweep's record."""
+    with _sweep_file_lock(out):
+        file = out / SWEEP_FILE
+        merged: dict[str, dict[str, Any]] = {}
+        if file.is_file():
+            try:
+                merged = {r["name"]: r for r in json.loads(file.read_text())["runs"]}
+            except (ValueError, KeyError, TypeError):  # unreadable: this sweep's view only
+                merged = {}
+        for record in runs:
+            if record.get("status") != "busy" or record["name"] not in merged:
+                merged[record["name"]] = record
+        text = json.dumps({"grid": grid, "runs": list(merged.values())}, indent=1)
+        write_text(file, text + "\n")
+
+
+def hold_point(out: Path, point: GridPoint) -> RunLock | None:
+    """This sweep's hold on a point for its whole turn (train, evaluate, save, on_finish),
+    or None where another live sweep holds it."""
+    try:
+        return RunLock(out / HOLDS / point.name)
+    except RunFolderBusy:
+        return None
 
 
 def committed(
@@ -233,7 +280,8 @@ def sweep(
     """Run every grid point in order; ``evaluate`` (options of ``evaluate_run``) evaluates
     each finished run that has no ``eval.json`` yet; ``results_dir`` receives each finished
     run's compact results and counts a point whose results are there as done; then
-    ``on_finish`` runs. A failing run stops the sweep."""
+    ``on_finish`` runs. A failing run stops the sweep; a point another sweep or run holds
+    is passed over ("busy")."""
     out.mkdir(parents=True, exist_ok=True)
     grid = {"points": len(points), "preset": preset, "train_flags": train_flags}
     runs: list[dict[str, Any]] = []
@@ -244,31 +292,66 @@ def sweep(
             runs.append({**record, "status": "committed"})
             write_record(out, grid, runs)
             continue
-        try:
-            record["status"] = run_point(point, out, train_flags, preset)
-        except (SettingError, ValueError, FileExistsError, SystemExit):
-            print(f"sweep: {point.name}: refused (below); fix the command, then run it again")
-            runs.append({**record, "status": "refused"})
+        hold = hold_point(out, point)
+        if hold is None:
+            print(f"sweep: {point.name}: another sweep is on it, passed over")
+            runs.append({**record, "status": "busy"})
             write_record(out, grid, runs)
-            raise
+            continue
+        try:
+            _run_and_keep(point, record, out, train_flags, preset, evaluate, results_dir)
+            runs.append(record)
+            write_record(out, grid, runs)
+            if on_finish and record["status"] != "busy":
+                after_run(on_finish, point, results_dir)
         except BaseException:
-            print(f"sweep: {point.name} stopped; rerun the same command to continue the sweep")
-            runs.append({**record, "status": "failed"})
+            runs.append(record)
             write_record(out, grid, runs)
             raise
         finally:
-            gc.collect()
-        if evaluate is not None and not (out / point.name / "eval.json").exists():
-            evaluate_run(out / point.name, **evaluate)
-            record["evaluated"] = True
-        if results_dir is not None:
-            save_results(out / point.name, results_dir / point.name)
-            record["results"] = str(results_dir / point.name)
-        runs.append(record)
-        write_record(out, grid, runs)
-        if on_finish:
-            after_run(on_finish, point, results_dir)
+            hold.release()
+    busy = [r["name"] for r in runs if r["status"] == "busy"]
+    if busy:
+        print(
+            f"sweep: {len(busy)} point(s) were another sweep's or run's ({', '.join(busy)}); "
+            "rerun the command when they end to see the whole grid done"
+        )
     return runs
+
+
+def _run_and_keep(
+    point: GridPoint,
+    record: dict[str, Any],
+    out: Path,
+    train_flags: list[str],
+    preset: str | None,
+    evaluate: dict[str, Any] | None,
+    results_dir: Path | None,
+) -> None:
+    """Train one held point, then evaluate it and save its results as asked; its status
+    goes into ``record`` however it ends."""
+    try:
+        record["status"] = run_point(point, out, train_flags, preset)
+    except RunFolderBusy:  # a run started by hand, not a sweep, writes the folder
+        print(f"sweep: {point.name}: another run is writing its folder, passed over")
+        record["status"] = "busy"
+        return
+    except (SettingError, ValueError, FileExistsError, SystemExit):
+        print(f"sweep: {point.name}: refused (below); fix the command, then run it again")
+        record["status"] = "refused"
+        raise
+    except BaseException:
+        print(f"sweep: {point.name} stopped; rerun the same command to continue the sweep")
+        record["status"] = "failed"
+        raise
+    finally:
+        gc.collect()
+    if evaluate is not None and not (out / point.name / "eval.json").exists():
+        evaluate_run(out / point.name, **evaluate)
+        record["evaluated"] = True
+    if results_dir is not None:
+        save_results(out / point.name, results_dir / point.name)
+        record["results"] = str(results_dir / point.name)
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
