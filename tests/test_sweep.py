@@ -91,6 +91,15 @@ def test_interrupted_sweep_skips_finished_resumes_broken_restarts_empty(
     # A third folder that stopped before its first checkpoint.
     (out / names[2]).mkdir()
     (out / names[2] / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    capsys.readouterr()
+    assert sweep.main([*sweep_flags(tiny_model_dir, out), "--status"]) == []
+    status = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines())
+    assert status == {
+        names[0]: "finished (results not kept yet)",
+        names[1]: "resumes from update 1 of 2",
+        names[2]: "stopped before its first checkpoint (starts again)",
+    }
+    assert [r["iteration"] for r in read_jsonl(out / names[0] / "metrics.jsonl")] == [0, 1]
 
     runs = sweep.main([*sweep_flags(tiny_model_dir, out), "--evaluate"])
     assert [r["status"] for r in runs] == ["skipped", "resumed", "restarted"]
@@ -108,7 +117,7 @@ def test_interrupted_sweep_skips_finished_resumes_broken_restarts_empty(
 
 
 def test_committed_results_count_as_done_where_the_run_folders_are_gone(
-    tiny_model_dir, tmp_path, monkeypatch
+    tiny_model_dir, tmp_path, monkeypatch, capsys
 ):
     import shutil
 
@@ -152,6 +161,15 @@ def test_committed_results_count_as_done_where_the_run_folders_are_gone(
     monkeypatch.setattr(sweep, "run_training", no_training)
     again = sweep.main(flags)
     assert [r["status"] for r in again] == ["committed"] * 3
+    capsys.readouterr()
+    sweep.main([*flags, "--status"])
+    assert capsys.readouterr().out.count("results kept: 2 updates, all updates") == 3
+    sweep.main([*flags, "--iterations", "3", "--status"])  # results of fewer: not done
+    assert capsys.readouterr().out.count("to do") == 3
+    hold = sweep.hold_point(out, sweep.make_grid(["ppo"], [0], "init_kl_coef", ["0.4"])[0])
+    sweep.main([*flags, "--values", "0.4", "--status"])
+    assert capsys.readouterr().out.split(None, 1)[1].strip() == "running (starting)"
+    hold.release()
     # Asked for more iterations than were committed, a point is not done.
     with pytest.raises(AssertionError, match="trained again"):
         sweep.main([*flags, "--iterations", "3"])

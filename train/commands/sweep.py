@@ -40,7 +40,7 @@ from cory_rl.train.config.files import write_text
 from cory_rl.train.config.presets import PRESETS
 from cory_rl.train.config.resolve import all_learner_settings, parse_yaml
 from cory_rl.train.config.train_config import TrainConfig
-from cory_rl.train.core.checkpoint import find_checkpoint, load_json_state
+from cory_rl.train.core.checkpoint import checkpoint_updates, find_checkpoint, load_json_state
 from cory_rl.train.core.errors import USER_ERRORS, one_line
 from cory_rl.train.core.results import save_results, saved_iterations
 from cory_rl.train.core.run_folder import (
@@ -354,6 +354,83 @@ def _run_and_keep(
         record["results"] = str(results_dir / point.name)
 
 
+def _held(folder: Path) -> bool:
+    """Whether a live process holds ``folder``'s lock; a folder that is not there is not
+    held (and is not made)."""
+    if not folder.is_dir():
+        return False
+    try:
+        RunLock(folder).release()
+    except RunFolderBusy:
+        return True
+    return False
+
+
+def _last_iteration(path: Path) -> int | None:
+    """The last training iteration a run folder's ``metrics.jsonl`` logged."""
+    file = path / "metrics.jsonl"
+    if not file.is_file():
+        return None
+    last = None
+    for line in file.read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:  # a line being written
+            continue
+        if isinstance(row, dict) and "time/iteration_s" in row:
+            last = row.get("iteration", last)
+    return last
+
+
+def point_state(
+    point: GridPoint,
+    out: Path,
+    train_flags: list[str],
+    preset: str | None,
+    results_dir: Path | None,
+) -> str:
+    """Where one grid point stands, in words; reads the folders and trains nothing."""
+    path = out / point.name
+    flags = [*(["--preset", preset] if preset else []), *train_flags, *point.flags(path)]
+    iterations = parse_args(flags, point.algorithm)[0].iterations
+    if results_dir is not None:
+        try:
+            if committed(point, train_flags, preset, results_dir):
+                ended = stopped(results_dir / point.name)
+                done = saved_iterations(results_dir / point.name)
+                how = f"stopped early ({ended.get('reason', '')})" if ended else "all updates"
+                return f"results kept: {done} updates, {how}"
+        except ValueError as err:
+            return f"results of another config ({one_line(err)})"
+    if _held(out / HOLDS / point.name) or _held(path):
+        last = _last_iteration(path)
+        where = "starting" if last is None else f"update {last + 1} of {iterations} logged"
+        return f"running ({where})"
+    state = run_state(path, iterations)
+    if state == "broken":
+        return f"resumes from update {checkpoint_updates(path)} of {iterations}"
+    return {
+        "new": "to do",
+        "finished": "finished (results not kept yet)",
+        "no_checkpoint": "stopped before its first checkpoint (starts again)",
+    }[state]
+
+
+def print_status(
+    points: list[GridPoint],
+    out: Path,
+    train_flags: list[str],
+    preset: str | None,
+    results_dir: Path | None,
+) -> dict[str, str]:
+    """A table of the grid's points and where each stands (``--status``)."""
+    states = {p.name: point_state(p, out, train_flags, preset, results_dir) for p in points}
+    width = max(len(name) for name in states)
+    for name, state in states.items():
+        print(f"{name:<{width}}  {state}")
+    return states
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = ArgumentParser(
         description=__doc__.splitlines()[0],
@@ -391,7 +468,15 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="a shell command run after each finished run, {name} and {results} replaced, "
         "e.g. \"git add {results} && git commit -qm 'study: {name}'\"",
     )
+    parser.add_argument(
+        "--status",
+        action="store_true",
+        help="print where each point of the sweep in --out stands (results kept, running, "
+        "resumable, to do) and train nothing",
+    )
     args, train_flags = parser.parse_known_args(argv)
+    if args.status and args.out is None:
+        parser.error("--status reads a sweep's folder: give its --out")
     fields = {f.name for f in dataclasses.fields(TrainConfig)} | set(GAME_SETTINGS)
     if args.setting is not None and args.setting not in fields | all_learner_settings():
         parser.error(f"--setting {args.setting}: not a training setting")
@@ -416,6 +501,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             f"--results {args.results}: git ignores that folder, so its results could "
             "not be committed; pick a folder git keeps (runs/ is ignored)"
         )
+    if args.status:
+        try:
+            print_status(points, out, train_flags, args.preset, args.results)
+        except (*USER_ERRORS, ValueError) as err:
+            raise SystemExit(one_line(err)) from None
+        return []
     evaluate = {} if args.evaluate else None
     if argv is None:  # from the command line: every run in this process, on the allocator
         allocator.relaunch(allocator.setting_in(train_flags))
