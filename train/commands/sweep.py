@@ -14,6 +14,12 @@ seeds. ``OUT/sweep.json`` lists the grid points and what happened to each.
 ``DIR/<run name>``, and a point whose complete results are there is done: a study can
 commit them as each run finishes (``--on_finish "git add {results} && git commit ..."``)
 and continue on another machine, where the run folders are gone.
+
+Several sweeps of the same command share its grid (two terminals, or machines that share
+the folder): each holds the point it works on, from training to ``--on_finish``, and
+passes over a point another live sweep or run holds. The kernel drops a killed sweep's
+hold, so rerunning the command picks its point up again. The command with ``--status``
+prints where each point stands and trains nothing.
 """
 
 from __future__ import annotations
