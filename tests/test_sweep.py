@@ -163,7 +163,7 @@ def test_committed_results_count_as_done_where_the_run_folders_are_gone(
     assert [r["status"] for r in again] == ["committed"] * 3
     capsys.readouterr()
     sweep.main([*flags, "--status"])
-    assert capsys.readouterr().out.count("results kept: 2 updates, all updates") == 3
+    assert capsys.readouterr().out.count("results kept: 2 updates; all updates") == 3
     sweep.main([*flags, "--iterations", "3", "--status"])  # results of fewer: not done
     assert capsys.readouterr().out.count("to do") == 3
     hold = sweep.hold_point(out, sweep.make_grid(["ppo"], [0], "init_kl_coef", ["0.4"])[0])

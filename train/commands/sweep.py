@@ -404,8 +404,8 @@ def point_state(
             if committed(point, train_flags, preset, results_dir):
                 ended = stopped(results_dir / point.name)
                 done = saved_iterations(results_dir / point.name)
-                how = f"stopped early ({ended.get('reason', '')})" if ended else "all updates"
-                return f"results kept: {done} updates, {how}"
+                how = f"stopped: {ended.get('reason', 'early')}" if ended else "all updates"
+                return f"results kept: {done} updates; {how}"
         except ValueError as err:
             return f"results of another config ({one_line(err)})"
     if _held(out / HOLDS / point.name) or _held(path):
