@@ -56,6 +56,11 @@ class LLMConfig:
     """Rows per forward pass, of the reference and of the policy in the update: a larger
     micro-batch is computed in chunks whose gradients add up to its own exactly. A
     memory and speed setting only."""
+    share_prompt_prefix: bool = False
+    """Run the prompt beginning that a forward pass's rows share (a few-shot task's worked
+    examples, a group's one prompt) once, in the update and the reference pass, instead of
+    once per row (``agents/prefix.py``). The same logits and gradients up to float
+    rounding, so not bit-identical to a run without it. A speed setting only."""
     max_grad_norm: float | None = None
     """Clip each optimiser step's gradients to this total norm; None = no clipping (then,
     where nothing accumulates, Adam steps inside the backward pass: ``agents/update.py``)."""
@@ -154,7 +159,13 @@ class LLMConfig:
         ):
             checks.integer(getattr(self, name), name, minimum=1, where=w)
         checks.integer(self.top_k, "top_k", minimum=0, where=w, hint="0 = off")
-        for name in ("adaptive_kl", "whiten_advantages", "score_scaling", "score_norm"):
+        for name in (
+            "adaptive_kl",
+            "whiten_advantages",
+            "score_scaling",
+            "score_norm",
+            "share_prompt_prefix",
+        ):
             checks.boolean(getattr(self, name), name, where=w)
         checks.choice(self.kl_estimator, "kl_estimator", ("full", *pm.KL_ESTIMATORS), where=w)
         checks.boolean(self.engine_correction, "engine_correction", where=w)
@@ -241,6 +252,12 @@ class LLMLearner(Learner):
         from accelerate import Accelerator
 
         config.validate()
+        if config.share_prompt_prefix and policy.sharding is not None:
+            raise checks.SettingError(
+                "share_prompt_prefix runs a shared prompt beginning as a forward of its own, "
+                "which sharded policies (FSDP2) have not been checked with; set it false, or "
+                "sharding none"
+            )
         self.config = config
         self.accelerator = accelerator or Accelerator(cpu=not torch.cuda.is_available())
         self.device = self.accelerator.device

@@ -136,7 +136,7 @@ class EngineSeat:
         for rows in torch.arange(B).split(cfg.forward_batch_size):
             inputs = [x[rows].to(self.device) for x in (ids, mask, positions)]
             with self.autocast():
-                logits, values, _ = model(*inputs, keep=T + 1)
+                logits, values, _ = model(*inputs, keep=T + 1, share_prefix=cfg.share_prompt_prefix)
             logits = response_logits(logits, T)
             logprobs = torch.log_softmax(logits, dim=-1)
             chosen = tokens[rows].to(self.device)

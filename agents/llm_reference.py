@@ -107,7 +107,9 @@ class RewardShaping:
             inputs = [x.to(self.device) for x in inputs]
             probe = watch("reference_forward", inputs=inputs, keep=T + 1)
             with probe, self.autocast():
-                logits = self.reference.logits(*inputs, keep=T + 1)
+                logits = self.reference.logits(
+                    *inputs, keep=T + 1, share_prefix=self.settings.share_prompt_prefix
+                )
             # One row at a time: the (T, V) log-softmax and the KL's (T, V) temporaries of a
             # whole chunk would be the reference pass's largest tensors, for no gain in speed.
             for row, row_logits in zip(rows.tolist(), response_logits(logits, T), strict=True):

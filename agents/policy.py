@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from cory_rl.agents.prefix import shared_prefix
 from cory_rl.agents.sharding import Sharding, is_sharded
 from cory_rl.agents.speedups import fuse_lora_sums, recompute_activations
 
@@ -59,6 +60,25 @@ def lm_forward(
     if keep:
         out.logits = out.logits[:, -keep:]
     return out
+
+
+def shared_prefix_inputs(
+    lm: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    keep: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any] | None:
+    """The rows' common prompt beginning run once (``agents/prefix.py``): the rest of each
+    row's inputs and the KV cache to run them on, or None where the rows share too little."""
+    shared = shared_prefix(input_ids, attention_mask, position_ids, keep)
+    if shared is None:
+        return None
+    ones = torch.ones_like(shared.ids)
+    out = lm_forward(lm, shared.ids, ones, shared.positions, use_cache=True, keep=1)
+    cache = _cache_of(out)
+    cache.batch_repeat_interleave(input_ids.shape[0])
+    return shared.rest_ids, shared.rest_attention, shared.rest_positions, cache
 
 
 @functools.cache
@@ -110,8 +130,11 @@ class PolicyWithValue(nn.Module):
         cache: Any = None,
         use_cache: bool = False,
         keep: int = 0,
+        share_prefix: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor, Any]:
-        """Logits and values of the last ``keep`` positions (0 = all), and the KV cache."""
+        """Logits and values of the last ``keep`` positions (0 = all), and the KV cache.
+        ``share_prefix``: the rows' common prompt beginning runs once (a training forward of
+        the last ``keep`` positions, without a cache; ``agents/prefix.py``)."""
         if self.adapter is not None and getattr(self.lm, "active_adapter", None) != self.adapter:
             # Only on a change of seat: peft's set_adapter walks every module, far too
             # slow to run once per token while acting.
@@ -123,6 +146,10 @@ class PolicyWithValue(nn.Module):
                 for name, param in self.lm.named_parameters():
                     if "lora_" in name:
                         param.requires_grad_(True)
+        if share_prefix and keep and cache is None and not use_cache:
+            split = shared_prefix_inputs(self.lm, input_ids, attention_mask, position_ids, keep)
+            if split is not None:
+                input_ids, attention_mask, position_ids, cache = split
         out = lm_forward(
             self.lm,
             input_ids,
@@ -199,11 +226,20 @@ class Reference:
         attention_mask: torch.Tensor,
         position_ids: torch.Tensor,
         keep: int = 0,
+        share_prefix: bool = False,
     ) -> torch.Tensor:
-        """Logits of the last ``keep`` positions (0 = all)."""
+        """Logits of the last ``keep`` positions (0 = all); ``share_prefix`` as the policy's."""
         base_only = self.lm.disable_adapter() if self.adapters_disabled else nullcontext()
         with base_only:
-            return lm_forward(self.lm, input_ids, attention_mask, position_ids, keep=keep).logits
+            cache = None
+            if share_prefix and keep:
+                split = shared_prefix_inputs(self.lm, input_ids, attention_mask, position_ids, keep)
+                if split is not None:
+                    input_ids, attention_mask, position_ids, cache = split
+            out = lm_forward(
+                self.lm, input_ids, attention_mask, position_ids, cache=cache, keep=keep
+            )
+            return out.logits
 
 
 class ModelPool:

@@ -58,6 +58,7 @@ class UpdateSettings(Protocol):
     mini_batch_size: int
     gradient_accumulation_steps: int
     forward_batch_size: int
+    share_prompt_prefix: bool
     max_grad_norm: float | None
     target_kl: float | None
 
@@ -203,7 +204,9 @@ def minibatch_update(
                         inputs = (mb["ids"], mb["attention"], mb["positions"])
                         probe = watch("forward", inputs=inputs, keep=T + 1)
                         with probe, opt.accelerator.autocast():
-                            logits, values, _ = opt.policy(*inputs, keep=T + 1)
+                            logits, values, _ = opt.policy(
+                                *inputs, keep=T + 1, share_prefix=cfg.share_prompt_prefix
+                            )
                         logits = response_logits(logits, T)
                         loss, chunk_stats = loss_fn(mb, logits, values)
                         with torch.no_grad():
