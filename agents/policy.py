@@ -62,18 +62,19 @@ def lm_forward(
     return out
 
 
-def shared_prefix_inputs(
+def with_shared_prefix(
     lm: nn.Module,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
     keep: int,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any] | None:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
     """The rows' common prompt beginning run once (``agents/prefix.py``): the rest of each
-    row's inputs and the KV cache to run them on, or None where the rows share too little."""
+    row's inputs and the KV cache to run them on; the inputs as they are and no cache
+    where the rows share too little."""
     shared = shared_prefix(input_ids, attention_mask, position_ids, keep)
     if shared is None:
-        return None
+        return input_ids, attention_mask, position_ids, None
     ones = torch.ones_like(shared.ids)
     out = lm_forward(lm, shared.ids, ones, shared.positions, use_cache=True, keep=1)
     cache = _cache_of(out)
@@ -147,9 +148,9 @@ class PolicyWithValue(nn.Module):
                     if "lora_" in name:
                         param.requires_grad_(True)
         if share_prefix and keep and cache is None and not use_cache:
-            split = shared_prefix_inputs(self.lm, input_ids, attention_mask, position_ids, keep)
-            if split is not None:
-                input_ids, attention_mask, position_ids, cache = split
+            input_ids, attention_mask, position_ids, cache = with_shared_prefix(
+                self.lm, input_ids, attention_mask, position_ids, keep
+            )
         out = lm_forward(
             self.lm,
             input_ids,
@@ -233,9 +234,9 @@ class Reference:
         with base_only:
             cache = None
             if share_prefix and keep:
-                split = shared_prefix_inputs(self.lm, input_ids, attention_mask, position_ids, keep)
-                if split is not None:
-                    input_ids, attention_mask, position_ids, cache = split
+                input_ids, attention_mask, position_ids, cache = with_shared_prefix(
+                    self.lm, input_ids, attention_mask, position_ids, keep
+                )
             out = lm_forward(
                 self.lm, input_ids, attention_mask, position_ids, cache=cache, keep=keep
             )
