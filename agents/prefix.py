@@ -34,8 +34,8 @@ class SharedPrefix:
     rest_ids: torch.Tensor
     """(B, S) the columns after the shared part, as the rows hold them."""
     rest_attention: torch.Tensor
-    """(B, S) their attention mask over [shared part, rest]: (B, P + S); a row's own copy
-    of the shared tokens (where its padding is shorter than another row's) is masked."""
+    """(B, P + S) the attention mask over [shared part, rest]; a row's own copy of the
+    shared tokens (where its padding is shorter than another row's) is masked."""
     rest_positions: torch.Tensor
     """(B, S) their position ids, continuing the shared part's."""
 
