@@ -82,6 +82,36 @@ def test_the_best_reward_within_a_kl_reads_evaluations_and_crossings():
     assert frontier.best_within([rising, other], 1.5) == pytest.approx(0.45)
 
 
+def test_a_role_pools_every_agent_s_plays_in_it():
+    """CORY's agents take turns as pioneer: the pioneer's point is both agents' plays, as
+    the stopping rule and cory-compare read it, not the first agent's alone."""
+    answers = report.empty_answers()
+    plays = {  # (agent, role): (reward, KL, hit the budget)
+        ("llm_0", "pioneer"): (0.2, 1.0, True),
+        ("llm_0", "observer"): (0.9, 5.0, True),
+        ("llm_1", "pioneer"): (0.4, 3.0, False),
+        ("llm_1", "observer"): (0.7, 7.0, True),
+    }
+    for (agent, role), (reward, kl, hit) in plays.items():
+        for q in range(2):
+            row = {
+                "model": "trained", "agent": agent, "role": role, "query": q, "sample": 0,
+                "budget": 4, "reward": reward, "kl": kl, "entropy": 2.0,
+                "length": 4 if hit else 2, "hit_budget": hit, "text": f"{agent} {role} {q}",
+            }  # fmt: skip
+            for column, value in row.items():
+                answers[column].append(value)
+    evaluation = {"updates": 10, "answers": answers}
+    pioneer = frontier.eval_point(evaluation, "pioneer")
+    assert (pioneer["reward"], pioneer["kl"]) == (pytest.approx(0.3), pytest.approx(2.0))
+    assert (pioneer["eos_rate"], pioneer["length"]) == (0.5, 3.0)
+    everything = frontier.eval_point(evaluation, "all")
+    assert (everything["reward"], everything["kl"]) == (pytest.approx(0.55), pytest.approx(4.0))
+    agent = frontier.eval_point(evaluation, "llm_1")  # an agent: its plays in both roles
+    assert (agent["reward"], agent["kl"]) == (pytest.approx(0.55), pytest.approx(5.0))
+    assert frontier.eval_point(evaluation, "llm_2") is None
+
+
 def make_study(root):
     """Two arms x two seeds x two KL coefficients, and one PPO run outside the band."""
     runs = root / "results"

@@ -29,7 +29,7 @@ from cory_rl.train.analysis.tuning import setting_of
 from cory_rl.train.core import stopping
 from cory_rl.train.core.health import Band, run_health
 from cory_rl.train.core.run_folder import evaluations_along, load_run_config, read_metrics
-from cory_rl.train.evaluation import inference, report
+from cory_rl.train.evaluation import inference, measures, report
 
 SIGNALS = (
     "kl",
@@ -75,31 +75,32 @@ class Arm:
 
 
 def eval_point(evaluation: dict[str, Any], point: str) -> dict[str, Any] | None:
-    """The numbers of one evaluation at ``point`` (a role or an agent): the trained model's
-    row, or the only row (the untouched model, before the first update)."""
-    if "rows" in evaluation:
-        cells = evaluation["rows"]
-    else:  # compact results keep the answers, not the per-cell rows made from them
-        cells, _ = report.summarise(
-            evaluation["answers"], checked=evaluation.get("answer_checked", False)
-        )
-    rows = [r for r in cells if point in (r.get("role"), r.get("agent"))]
-    trained = [r for r in rows if r.get("model") == "trained"]
-    rows = trained or rows
-    if not rows:
+    """The numbers of one evaluation at ``point``, pooled over every answer there: a role
+    (each agent's plays in it, as the stopping rule and ``cory-compare`` read it), ``all``,
+    or one agent (its plays in every role). The trained model's answers, or the untouched
+    model's before the first update; None where the evaluation has none at ``point``."""
+    answers = evaluation["answers"]
+    models = list(dict.fromkeys(answers["model"]))
+    if not models:
         return None
-    row = rows[0]
-    hit = row.get("hit_budget")
+    model = "trained" if "trained" in models else models[0]
+    if point == "all" or point in answers["role"]:
+        picked = report.point_rows(answers, model, point)
+    else:
+        picked = report.rows_where(answers, model=model, agent=point)
+    if not len(picked):
+        return None
+    row = report.cell_metrics(answers, picked, measures.ETAS, checked=False, base=None)
     return {
         "updates": int(evaluation["updates"]),
         "kl": float(row["kl"]["mean"]),
         "reward": float(row["reward"]["mean"]),
-        "entropy": row.get("entropy"),
-        "distinct_2_pooled": row.get("distinct_2_pooled"),
-        "repetitive": row.get("repetitive"),
-        "repetitive_words": row.get("repetitive_words"),
-        "eos_rate": None if hit is None else 1.0 - float(hit),
-        "length": row.get("length"),
+        "entropy": row["entropy"],
+        "distinct_2_pooled": row["distinct_2_pooled"],
+        "repetitive": row["repetitive"],
+        "repetitive_words": row["repetitive_words"],
+        "eos_rate": 1.0 - row["hit_budget"],
+        "length": row["length"],
     }
 
 

@@ -26,7 +26,11 @@ def main(argv: list[str] | None = None) -> list[Path]:
         type=Path,
         help="folder for the tables and figure (default: frontier/ beside the first folder)",
     )
-    parser.add_argument("--point", default="pioneer", help="a role or an agent of the runs")
+    parser.add_argument(
+        "--point",
+        default="pioneer",
+        help="a role (every agent's plays in it, pooled), all, or an agent of the runs",
+    )
     parser.add_argument(
         "--baseline", help="the arm the others are tested against (default: ppo, else the first)"
     )
