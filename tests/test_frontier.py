@@ -109,7 +109,10 @@ def test_a_role_pools_every_agent_s_plays_in_it():
     assert (everything["reward"], everything["kl"]) == (pytest.approx(0.55), pytest.approx(4.0))
     agent = frontier.eval_point(evaluation, "llm_1")  # an agent: its plays in both roles
     assert (agent["reward"], agent["kl"]) == (pytest.approx(0.55), pytest.approx(5.0))
+    one = frontier.eval_point(evaluation, "llm_1/pioneer")  # one policy in one role
+    assert (one["reward"], one["kl"], one["eos_rate"]) == (pytest.approx(0.4), 3.0, 1.0)
     assert frontier.eval_point(evaluation, "llm_2") is None
+    assert frontier.eval_point(evaluation, "llm_0/referee") is None
 
 
 def make_study(root):

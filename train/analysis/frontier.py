@@ -77,8 +77,9 @@ class Arm:
 def eval_point(evaluation: dict[str, Any], point: str) -> dict[str, Any] | None:
     """The numbers of one evaluation at ``point``, pooled over every answer there: a role
     (each agent's plays in it, as the stopping rule and ``cory-compare`` read it), ``all``,
-    or one agent (its plays in every role). The trained model's answers, or the untouched
-    model's before the first update; None where the evaluation has none at ``point``."""
+    an agent (its plays in every role) or ``AGENT/ROLE`` (one agent in one role: each of
+    CORY's two policies as pioneer). The trained model's answers, or the untouched model's
+    before the first update; None where the evaluation has none at ``point``."""
     answers = evaluation["answers"]
     models = list(dict.fromkeys(answers["model"]))
     if not models:
@@ -87,7 +88,8 @@ def eval_point(evaluation: dict[str, Any], point: str) -> dict[str, Any] | None:
     if point == "all" or point in answers["role"]:
         picked = report.point_rows(answers, model, point)
     else:
-        picked = report.rows_where(answers, model=model, agent=point)
+        agent, _, role = point.partition("/")
+        picked = report.rows_where(answers, model=model, agent=agent, role=role or None)
     if not len(picked):
         return None
     row = report.cell_metrics(answers, picked, measures.ETAS, checked=False, base=None)

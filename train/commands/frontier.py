@@ -29,7 +29,8 @@ def main(argv: list[str] | None = None) -> list[Path]:
     parser.add_argument(
         "--point",
         default="pioneer",
-        help="a role (every agent's plays in it, pooled), all, or an agent of the runs",
+        help="a role (every agent's plays in it, pooled), all, an agent (its plays in every "
+        "role) or AGENT/ROLE (e.g. llm_1/pioneer)",
     )
     parser.add_argument(
         "--baseline", help="the arm the others are tested against (default: ppo, else the first)"
