@@ -212,6 +212,22 @@ def test_bad_input_is_refused_in_one_line(tmp_path, capsys):
     assert "no evaluation along training" in capsys.readouterr().err
 
 
+def test_the_baseline_arm_can_be_read_at_another_point(tmp_path, capsys):
+    """--baseline_point: PPO's pioneer against one of CORY's agents as pioneer."""
+    runs = make_study(tmp_path)
+    default = command.main([str(runs), "--setting", "init_kl_coef", "--out", str(tmp_path / "a")])
+    named = command.main(
+        [str(runs), "--setting", "init_kl_coef", "--out", str(tmp_path / "b"), "--point",
+         "llm_0/pioneer", "--baseline_point", "pioneer"]
+    )  # fmt: skip
+    for a, b in zip(default, named, strict=True):
+        if a.suffix == ".md":
+            assert a.read_text() == b.read_text()
+    with pytest.raises(SystemExit):  # only the baseline (PPO) is read at the other point
+        command.main([str(runs), "--setting", "init_kl_coef", "--baseline_point", "observer"])
+    assert "ppo-" in capsys.readouterr().err.split("no evaluation along training")[0]
+
+
 def test_compact_results_give_the_same_numbers_and_name_their_run(tmp_path):
     run = fake_run(tmp_path / "runs" / "ppo-0.1-0", "ppo", 0, 0.1, [(0, 0.0, 0.1), (10, 1.5, 0.3)])
     saved = results.save_results(run, tmp_path / "results" / run.name)

@@ -23,6 +23,7 @@ from cory_rl.train.analysis.frontier import (
     seed_trajectories,
 )
 from cory_rl.train.config.files import write_beside, write_text
+from cory_rl.train.core.run_folder import load_run_config
 
 MARKERS = "osD^vP*X"
 DIGITS = {"kl": 2, "entropy": 2, "length": 1}
@@ -173,15 +174,24 @@ def report(
     point: str = "pioneer",
     baseline: str | None = None,
     at_kl: list[float] | None = None,
+    baseline_point: str | None = None,
 ) -> list[Path]:
-    """Read every run under ``paths`` and write the frontier's tables and figure to ``out``."""
-    arms = [read_arm(path, setting, point) for path in run_folders(paths)]
-    base = pick_baseline(sorted({a.algorithm for a in arms}), baseline)
+    """Read every run under ``paths`` and write the frontier's tables and figure to ``out``.
+    ``baseline_point``: the baseline arm's point where it differs (PPO's pioneer against
+    one of CORY's agents as pioneer)."""
+    folders = run_folders(paths)
+    algorithms = {path: load_run_config(path).algorithm for path in folders}
+    base = pick_baseline(sorted(set(algorithms.values())), baseline)
+    points = {
+        path: (baseline_point or point) if algorithms[path] == base else point for path in folders
+    }
+    arms = [read_arm(path, setting, points[path]) for path in folders]
     kls = at_kl if at_kl else frontier_kls(arms)
+    title = point if baseline_point in (None, point) else f"{point}; {base}: {baseline_point}"
     out.mkdir(parents=True, exist_ok=True)
     return [
         *write_runs(arms, setting, out),
         *write_matched(arms, kls, base, out),
         *write_collapse(arms, setting, out),
-        plot(arms, setting, kls, point, out),
+        plot(arms, setting, kls, title, out),
     ]

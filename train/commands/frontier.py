@@ -36,6 +36,11 @@ def main(argv: list[str] | None = None) -> list[Path]:
         "--baseline", help="the arm the others are tested against (default: ppo, else the first)"
     )
     parser.add_argument(
+        "--baseline_point",
+        help="the baseline arm's point, where it differs from --point (e.g. --point "
+        "llm_1/pioneer --baseline_point pioneer: one of CORY's agents against PPO)",
+    )
+    parser.add_argument(
         "--at_kl",
         type=number_at_least(0),
         nargs="+",
@@ -45,7 +50,15 @@ def main(argv: list[str] | None = None) -> list[Path]:
     args = parser.parse_args(argv)
     out = args.out or args.runs[0].resolve().parent / "frontier"
     try:
-        written = report(args.runs, args.setting, out, args.point, args.baseline, args.at_kl)
+        written = report(
+            args.runs,
+            args.setting,
+            out,
+            args.point,
+            args.baseline,
+            args.at_kl,
+            args.baseline_point,
+        )
     except (FileNotFoundError, ValueError, AttributeError) as err:
         parser.error(str(err))
     for path in written:
