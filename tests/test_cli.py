@@ -50,3 +50,17 @@ def test_a_command_runs_its_scripts_main_and_returns_none(command, monkeypatch):
         assert calls == ["allocator", ("cory",)]
     else:
         assert calls == [()]
+
+
+@pytest.mark.parametrize("command", sorted(set(MAINS) - {"cory-train"}))
+def test_help_says_the_whole_first_sentence(command, capsys):
+    """A docstring's first sentence may wrap in the source; --help prints all of it, not the
+    first line cut at "... as the setting varies, at"."""
+    module = importlib.import_module(MAINS[command])
+    with pytest.raises(SystemExit) as exit_:
+        module.main(["--help"])
+    assert exit_.value.code == 0
+    printed = " ".join(capsys.readouterr().out.split())
+    first_paragraph = " ".join(module.__doc__.split("\n\n")[0].split())
+    assert first_paragraph in printed
+    assert first_paragraph.rstrip("`").endswith((".", ")"))

@@ -11,11 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from cory_rl.train.analysis.compare_runs import compare
-from cory_rl.train.commands.parser import ArgumentParser, number_at_least
+from cory_rl.train.commands.parser import ArgumentParser, number_at_least, summary
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("runs", nargs="+", type=Path, help="run folders or sweep folders")
     parser.add_argument("--out", type=Path, help="folder for the PNG and CSV files")
     parser.add_argument(

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cory_env.checks import SettingError
-from cory_rl.train.commands.parser import ArgumentParser
+from cory_rl.train.commands.parser import ArgumentParser, summary
 from cory_rl.train.config.files import write_text
 from cory_rl.train.core.results import save_results
 from cory_rl.train.core.run_folder import EVALS_DIR, eval_stem, load_run_config
@@ -126,7 +126,7 @@ def _headline(row: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("saved", type=Path, help="folder of updates_<n>/llm_<i> model folders")
     parser.add_argument(
         "--like",

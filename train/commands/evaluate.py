@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cory_env.checks import SettingError
-from cory_rl.train.commands.parser import ArgumentParser
+from cory_rl.train.commands.parser import ArgumentParser, summary
 from cory_rl.train.commands.train_flags import flag_value
 from cory_rl.train.config.algorithms import ALGORITHMS
 from cory_rl.train.config.resolve import build_config
@@ -35,7 +35,7 @@ from cory_rl.train.evaluation.evaluator import build_result, evaluate, write_eva
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("runs", nargs="*", type=Path, help="run folders to evaluate")
     parser.add_argument("--run", type=Path, action="append", default=[], help="same as RUN_DIR")
     parser.add_argument(

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cory_rl.train.commands.parser import ArgumentParser
+from cory_rl.train.commands.parser import ArgumentParser, summary
 from cory_rl.train.core.errors import USER_ERRORS, one_line
 from cory_rl.train.publish.export import export_run
 
 
 def main(argv: list[str] | None = None) -> dict[str, Path]:
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("run_dir", type=Path, help="a run folder with a checkpoint")
     parser.add_argument("out_dir", type=Path, help="a new folder for the exported agents")
     parser.add_argument("--merge", action="store_true", help="LoRA: merge adapters into weights")

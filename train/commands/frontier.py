@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from cory_rl.train.analysis.frontier_report import report
-from cory_rl.train.commands.parser import ArgumentParser, number_at_least
+from cory_rl.train.commands.parser import ArgumentParser, number_at_least, summary
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("runs", nargs="+", type=Path, help="run folders, results or sweep folders")
     parser.add_argument(
         "--setting", required=True, help="the setting the runs vary (e.g. init_kl_coef)"

@@ -13,6 +13,12 @@ from collections.abc import Callable
 from typing import NoReturn
 
 
+def summary(doc: str | None) -> str:
+    """A module docstring's first paragraph as one line: the description ``--help`` prints,
+    whole even where the sentence wraps in the source."""
+    return " ".join((doc or "").split("\n\n")[0].split())
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """``argparse.ArgumentParser`` whose errors are the message and a pointer to ``--help``."""
 

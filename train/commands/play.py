@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from cory_env.query import Query
-from cory_rl.train.commands.parser import ArgumentParser, non_empty_text, number_at_least
+from cory_rl.train.commands.parser import ArgumentParser, non_empty_text, number_at_least, summary
 from cory_rl.train.config.resolve import build_config
 from cory_rl.train.core.build import build_game_and_learners
 from cory_rl.train.core.errors import USER_ERRORS, one_line
@@ -104,7 +104,7 @@ def show(sample: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("run_dir", type=Path, nargs="?", help="a run folder with a checkpoint")
     parser.add_argument(
         "--model",

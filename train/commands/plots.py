@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from cory_rl.train.analysis.run_plots import plot_run
-from cory_rl.train.commands.parser import ArgumentParser
+from cory_rl.train.commands.parser import ArgumentParser, summary
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    parser = ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("runs", nargs="+", type=Path, help="run folders")
     args = parser.parse_args(argv)
     missing = [str(r) for r in args.runs if not (Path(r) / "config.yaml").is_file()]

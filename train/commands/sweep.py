@@ -38,7 +38,7 @@ import yaml
 
 from cory_env.checks import SettingError
 from cory_env.core import GAME_SETTINGS
-from cory_rl.train.commands.parser import ArgumentParser, number_at_least
+from cory_rl.train.commands.parser import ArgumentParser, number_at_least, summary
 from cory_rl.train.commands.train_flags import parse_args
 from cory_rl.train.config import allocator
 from cory_rl.train.config.algorithms import ALGORITHMS
@@ -439,7 +439,7 @@ def print_status(
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = ArgumentParser(
-        description=__doc__.splitlines()[0],
+        description=summary(__doc__),
         epilog="Other flags are training flags (python train/cory.py --help), for every run.",
     )
     parser.add_argument("--algorithms", nargs="+", required=True, choices=sorted(ALGORITHMS))

@@ -4,15 +4,15 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from cory_rl.train.analysis.tuning import Pilot, pick, read_pilot, table
+from cory_rl.train.commands.parser import ArgumentParser, summary
 from cory_rl.train.core.health import Band
 
 
 def main(argv: list[str] | None = None) -> dict[str, Pilot | None]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("pilots", type=Path, help="a folder of pilot runs (or their results)")
     parser.add_argument("--setting", required=True, help="the setting the pilots vary")
     parser.add_argument("--by", default="pioneer/score", help="the training number to rank by")
