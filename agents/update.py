@@ -239,6 +239,9 @@ def minibatch_update(
                 if cfg.max_grad_norm is not None:
                     norm = opt.clip_gradients(cfg.max_grad_norm)
                     stats[f"{prefix}/grad_norm"].append(norm)
+                # When nothing accumulates (``stepping``, steps_in_backward), the step that
+                # runs is not this one: each parameter was stepped during backward, by the
+                # post-accumulate-grad hook of StepInBackward (agents/speedups.py).
                 if not stepping:
                     with watch("optimiser"):
                         opt.optimizer.step()
