@@ -567,6 +567,9 @@ class BatchedTextGame:
                 self.task.prompt(prompt_role, q, [answers[b] for answers in earlier])
                 for b, q in enumerate(self.queries)
             ]
+        self.prompt_texts = prompts
+        """Each row's prompt of this turn as text, before tokenization (the turn-level face's
+        observation, ``cory_env.turn_game``)."""
         encoded = self.tokenizers[i](prompts)["input_ids"]
         for b, ids in enumerate(encoded):
             room = self.context_length - int(self.budgets[b])
