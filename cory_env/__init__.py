@@ -4,11 +4,14 @@ import cory_env
 env = cory_env.text_game(task="imdb")          # PettingZoo AECEnv, one game
 game = cory_env.batched_game("imdb", batch_size=64)   # B games in lock-step
 seat = cory_env.single_seat("arith", seat="llm_1")     # gymnasium.Env of one seat
+env = pettingzoo.make("aec", "cory/TextGame-v0", task="imdb")  # text_game, from the registry
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import pettingzoo
 
 from cory_env.aec import TextGameEnv, check_one_game
 from cory_env.core import (
@@ -61,6 +64,26 @@ def batched_game(
     return BatchedTextGame(task, batch_size=batch_size, **settings)
 
 
+PETTINGZOO_ID = "cory/TextGame-v0"
+"""The game's id in PettingZoo's registry: ``pettingzoo.make("aec", "cory/TextGame-v0",
+task="imdb", ...)`` is :func:`text_game` with the same arguments."""
+
+
+def _register_with_pettingzoo() -> None:
+    """Put :func:`text_game` in PettingZoo's registry of AEC envs (PettingZoo 1.27 has
+    ``pettingzoo.register``; older versions have no registry, and then nothing is done).
+    Only the AEC form is registered: the batched game is not a PettingZoo ``ParallelEnv``
+    (its agents act in turn, not at once)."""
+    register = getattr(pettingzoo, "register", None)
+    registry = getattr(pettingzoo, "aec_registry", None)
+    if register is None or registry is None or PETTINGZOO_ID in registry:
+        return
+    register("aec", PETTINGZOO_ID, entry_point=text_game)
+
+
+_register_with_pettingzoo()
+
+
 __all__ = [
     "EMBEDDED",
     "GAME_SETTINGS",
@@ -68,6 +91,7 @@ __all__ = [
     "ArithScriptedPlayer",
     "BatchedTextGame",
     "GameSettings",
+    "PETTINGZOO_ID",
     "Query",
     "SingleSeatEnv",
     "Task",
