@@ -5,7 +5,9 @@ folder), ``package.module:function`` imports it as Python finds modules (the ins
 packages, ``PYTHONPATH``); neither changes ``sys.path``. ``http://HOST:PORT/PATH`` (or
 https) is a server that scores a batch. Either gets the query texts and the responses (and,
 when the queries have gold answers, ``answers``) and returns one score per response; the
-task checks the scores as it checks every reward's (``cory_env/tasks/base.py``).
+task checks the scores as it checks every reward's (``cory_env/tasks/base.py``). Each is
+tried on a few queries when its task is made (:func:`try_user_reward`), before any model
+loads.
 
 The server protocol: a POST of the JSON object ``{"queries": [...], "responses": [...]}``
 (plus ``"answers"`` when there are any), answered by a JSON list of numbers or an object
@@ -26,12 +28,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from cory_env.checks import RewardError, RewardOutputError, SettingError
+from cory_env.checks import RewardError, RewardOutputError, SettingError, UserError
 from cory_env.query import Query
 
 FUNCTION_SPEC = re.compile(r"(?:[A-Za-z_][\w.]*|.+\.py):[A-Za-z_]\w*")
 """``package.module:function`` or ``path/to/file.py:function``."""
 DEFAULT_TIMEOUT_S = 60.0
+TRIAL_ANSWERS = ("", "a placeholder answer", "42")
+"""The answers a user's reward is tried on before any model loads, one per query: an empty
+one (what the game plays when an answer starts with EOS), some text, a number."""
 
 
 ADDRESS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
@@ -195,3 +200,21 @@ class ServerReward:
                 'list of scores or {"scores": [...]}'
             )
         return scores
+
+
+def try_user_reward(task: Any) -> None:
+    """Score a few of ``task``'s queries with :data:`TRIAL_ANSWERS` when its reward is a
+    user's function or server, so that one that raises, is down, or returns the wrong
+    count, type or non-finite scores is refused in seconds, not after the models load."""
+    if not isinstance(task.reward_fn, (FunctionReward, ServerReward)):
+        return
+    queries = list(task.queries[: len(TRIAL_ANSWERS)])
+    answers = list(TRIAL_ANSWERS[: len(queries)])
+    try:
+        task.score(queries, answers)
+    except UserError as err:
+        trial = (
+            f" (a trial before any model loads: the first {len(queries)} queries with the "
+            f"placeholder answers {answers}, as the game may play them)"
+        )
+        raise type(err)(f"{err}{trial}") from err.__cause__

@@ -39,6 +39,10 @@ def nan(queries, responses, answers=None):
 
 def strings(queries, responses, answers=None):
     return ["good"] * len(responses)
+
+
+def raises(queries, responses, answers=None):
+    return {"x": 1}["y"]
 """
 
 
@@ -154,26 +158,30 @@ def test_a_reward_server_is_probed_before_any_model_loads(
 @pytest.mark.parametrize(
     ("function", "message"),
     [
-        ("few", "returned 1 scores for 8 responses"),
-        ("nan", "returned nan for row 0"),
+        ("few", "returned 1 scores for 3 responses"),
+        ("nan", "returned nan for row 0 (response '')"),
         ("strings", "whose row 0 is str 'good'"),
+        ("raises", "raised KeyError: 'y'"),
     ],
 )
-def test_a_reward_that_returns_the_wrong_thing_is_one_line(
-    folder, tiny_model_dir, function, message
+def test_a_reward_that_returns_the_wrong_thing_is_one_line_before_any_model_loads(
+    folder, tiny_model_dir, no_model_load, function, message
 ):
     path, module = folder
     with pytest.raises(SystemExit) as exit_:
         train(path, tiny_model_dir, f"{{dataset: data.jsonl, reward: '{module}.py:{function}'}}")
     text = one_line(exit_)
     assert message in text and f"reward function {module}.py:{function}" in text
+    assert "a trial before any model loads" in text and "placeholder answers" in text
+    assert not (path / "run" / "config.yaml").exists()
 
 
 def test_a_reward_that_raises_mid_run_leaves_a_checkpoint_that_resumes(
     folder, tiny_model_dir, monkeypatch
 ):
     path, _ = folder
-    source = REWARDS.replace("FAIL_AT_CALL = None", "FAIL_AT_CALL = 3")  # the third batch's
+    # the trial before the models load is call 1; the third batch's is call 4
+    source = REWARDS.replace("FAIL_AT_CALL = None", "FAIL_AT_CALL = 4")
     module = user_module(path, monkeypatch, "failing", source)
     with pytest.raises(SystemExit) as exit_:
         train(

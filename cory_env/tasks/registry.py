@@ -14,7 +14,7 @@ from typing import Any
 from cory_env import checks
 from cory_env.plugins import TASKS, load_plugins
 from cory_env.tasks.base import HeldOut, Task, no_held_out_split
-from cory_env.user_rewards import ServerReward
+from cory_env.user_rewards import try_user_reward
 
 TaskFactory = Callable[..., Task]
 HeldOutFn = Callable[[dict[str, Any]], HeldOut]
@@ -133,6 +133,5 @@ def make_task(name: str, **settings: Any) -> Task:
             f"task {name!r}: its factory {getattr(factory, '__qualname__', factory)!r} "
             f"must return a Task, got {type(task).__name__}"
         )
-    if isinstance(task.reward_fn, ServerReward):  # down or answering wrongly: say so now,
-        task.score(task.queries[:1], [""])  # before any model loads (an empty answer: EOS)
+    try_user_reward(task)  # wrong or failing: said now, before any model loads
     return task
