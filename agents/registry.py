@@ -19,14 +19,12 @@ one's own registers its learners through the ``cory.learners`` entry point, or
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import pkgutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from cory_env.checks import SettingError, free_name
-from cory_env.plugins import LEARNERS, load_plugins
+from cory_env.plugins import LEARNERS, import_package_modules, load_plugins
 from cory_rl import agents
 from cory_rl.agents.base import REQUIRED_METHODS, Learner
 
@@ -120,9 +118,7 @@ def _discover() -> None:
     global _DISCOVERED
     if _DISCOVERED:
         return
-    for module in pkgutil.iter_modules(agents.__path__):
-        if not module.name.startswith("_"):  # a module that fails to import fails every look-up
-            importlib.import_module(f"{agents.__name__}.{module.name}")
+    import_package_modules(agents)  # as tasks are found; one that fails fails every look-up
     load_plugins(LEARNERS)
     _DISCOVERED = True
 

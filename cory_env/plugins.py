@@ -1,6 +1,9 @@
-"""Learners and tasks from the user's own packages, found without editing this project.
+"""Learners and tasks: found by their module's presence, or in the user's own packages.
 
-A package makes its learners or tasks known through an entry point: in its
+Both are found the same way. A module in the project's folder of them (``agents/`` for
+learners, ``cory_env/tasks/`` for tasks) is imported by :func:`import_package_modules`
+and registers what it holds: dropping a file there is all it takes. A package of one's own
+makes its learners or tasks known through an entry point: in its
 ``pyproject.toml``::
 
     [project.entry-points."cory.learners"]
@@ -17,10 +20,24 @@ listed). A module that is not installed can be named on the command line instead
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from importlib.metadata import entry_points
+from types import ModuleType
 
 LEARNERS, TASKS = "cory.learners", "cory.tasks"
 """The entry-point groups."""
+
+
+def import_package_modules(package: ModuleType) -> list[str]:
+    """Import every module of ``package`` (those whose name starts with ``_`` excepted):
+    each registers the learners or tasks it holds. Returns their names. A module that
+    fails to import raises, naming itself in the traceback."""
+    names = []
+    for module in pkgutil.iter_modules(package.__path__):
+        if not module.name.startswith("_"):
+            importlib.import_module(f"{package.__name__}.{module.name}")
+            names.append(module.name)
+    return names
 
 
 def load_plugins(group: str, name: str | None = None) -> list[str]:

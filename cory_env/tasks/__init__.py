@@ -1,13 +1,18 @@
 """Tasks: queries, per-role prompts and a batched reward, registered by name.
 
 A new task is one file in this folder that registers a factory with
-:func:`register_task`; importing this package registers the built-in ones.
+:func:`register_task`: importing this package imports every module in it (as ``agents/``'s
+learners are found, ``cory_env.plugins.import_package_modules``), so dropping the file here
+is all it takes. A task of one's own package: its ``cory.tasks`` entry point, or
+``--import my_package.tasks`` (``cory_env/plugins.py``).
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
+from cory_env.plugins import import_package_modules
 from cory_env.tasks.base import (
     HeldOut,
     PromptFn,
@@ -38,8 +43,8 @@ def custom_task(
     return Task(name=name, queries=queries, reward_fn=reward_fn, prompt_fn=prompt_fn, **kwargs)
 
 
-# Importing the task modules registers them.
-from cory_env.tasks import arith, custom, gsm8k, hh, imdb, textarena  # noqa: E402,F401
+# Every module of this folder, imported: each registers its tasks (no list to keep).
+import_package_modules(sys.modules[__name__])
 
 __all__ = [
     "HeldOut",
