@@ -16,19 +16,22 @@ pass, KL control and persistence are the LLM learner base's (``agents/llm.py``);
 update is ``agents/update.py``'s.
 
 - **RLOO** (Ahmadian et al. 2024): KL enters the *reward*. R_i = score_i - beta * sum_t KL_t
-  (TRL: the k1 estimate ``logp_old - logp_ref``, i.e. ``kl_estimator: k1``; here the KL PPO
-  computes, by default the exact one), A_i = R_i - mean_{j != i} R_j, optionally normalised
-  over the batch ((A - mean) / (std + 1e-4): TRL's ``normalize_advantages``, default off;
-  here PPO's ``whiten_advantages``). Loss: a clipped ratio of *sequence* probabilities,
-  rho_i = exp(sum_t logp_t - sum_t logp_old_t), -min(rho A, clip(rho, 1-eps, 1+eps_high) A),
-  mean over answers.
-- **GRPO** (Shao et al. 2024): KL enters the *loss*. A_i = (score_i - mean(group)) /
-  (std(group) + 1e-4) (``scale_rewards``: group / batch / none, as TRL); per token
-  -min(w A, clip(w, 1 - eps, 1 + eps_high) A) + beta * k3_t with w = exp(logp_t -
-  logp_old_t) (or, with ``importance_sampling_level: sequence``, GSPO's one ratio per
-  answer, the exponential of its mean log-ratio) and k3_t = exp(logp_ref - logp) -
-  (logp_ref - logp) - 1 on the current policy (so it has a gradient), reduced as TRL's
-  ``loss_type`` says (``pg_math.aggregate_loss``; default ``dapo``, TRL's).
+  (the reward part of the ``kl_penalty`` form, ``agents/kl_penalty.py``; TRL: the k1
+  estimate ``logp_old - logp_ref``, i.e. ``kl_penalty: k1``), A_i = R_i - mean_{j != i} R_j,
+  optionally normalised over the batch ((A - mean) / (std + 1e-4): TRL's
+  ``normalize_advantages``, default off; here PPO's ``whiten_advantages``). Loss: a clipped
+  ratio of *sequence* probabilities, rho_i = exp(sum_t logp_t - sum_t logp_old_t),
+  -min(rho A, clip(rho, 1-eps, 1+eps_high) A), mean over answers, plus the penalty's loss
+  part summed over each answer's tokens (by default each state's exact KL, differentiated).
+- **GRPO** (Shao et al. 2024): A_i = (R_i - mean(group)) / (std(group) + 1e-4)
+  (``scale_rewards``: group / batch / none, as TRL), with R_i the score less beta times the
+  penalty's reward part; per token -min(w A, clip(w, 1 - eps, 1 + eps_high) A) plus the
+  penalty's loss part, with w = exp(logp_t - logp_old_t) (or, with
+  ``importance_sampling_level: sequence``, GSPO's one ratio per answer, the exponential of
+  its mean log-ratio), reduced as TRL's ``loss_type`` says (``pg_math.aggregate_loss``;
+  default ``dapo``, TRL's). TRL's own KL term is ``kl_penalty: k3_in_loss``: beta * k3_t
+  with k3_t = exp(logp_ref - logp) - (logp_ref - logp) - 1 on the current policy, nothing
+  in the reward (its gradient is biased: ``agents/kl_penalty.py``).
   ``whiten_advantages`` does not apply. Both take ``epsilon_high`` (DAPO's clip-higher)
   and ``mask_truncated_completions`` (answers without EOS leave the loss), as TRL.
 """
@@ -44,6 +47,7 @@ import torch
 
 from cory_env import checks
 from cory_rl.agents import engine_correction as ec
+from cory_rl.agents import kl_penalty as kp
 from cory_rl.agents import pg_math as pg
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents import turns
@@ -240,12 +244,20 @@ class RLOOAgent(GroupAgent):
     def learn(self) -> dict[str, float]:
         cfg, shaped = self.config, self.start_update()  # the rollout, its KL and scores
         ro = shaped.rollout
-        rewards = shaped.scores - shaped.kl_coef * shaped.kl.sum(dim=1)
+        in_reward = kp.reward_part(cfg.kl_penalty, shaped.kl)  # agents/kl_penalty.py
+        rewards = shaped.scores - shaped.kl_coef * in_reward.sum(dim=1)
         advantages = pg.rloo_advantages(rewards, self.group_size)
+        scale: torch.Tensor | float = 1.0  # what the advantages are scaled by
         if cfg.whiten_advantages:
+            scale = 1.0 / (advantages.std() + 1e-4)
             advantages = pg.normalize(advantages)
         loss_mask, mask_stats = self.loss_mask(ro)
-        data = {**ro.batch_tensors(), "advantages": advantages, "loss_mask": loss_mask}
+        data = {
+            **ro.batch_tensors(),
+            "advantages": advantages,
+            "loss_mask": loss_mask,
+            **self.penalty_data(shaped, scale),
+        }
 
         def rloo_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
             logprobs = self.sampler.sampled_logprobs(logits, mb)
@@ -255,10 +267,16 @@ class RLOOAgent(GroupAgent):
                 seq - old, mb["advantages"][:, None], cfg.clip_range, cfg.clip_high
             )
             loss = ec.weighted_answers(surrogate, mb, mb["loss_mask"]).mean()
+            kl_stats = {}
+            kl_part = self.penalty_loss(mb, logits)
+            if kl_part is not None:  # the direct part of the KL's gradient, summed per answer
+                kl_stats["loss_kl"] = (kl_part * mb["loss_mask"]).sum(dim=1).mean()
+                loss = loss + kl_stats["loss_kl"]
             seq_ratio = torch.exp((seq - old).detach())
             # The clip acts on answers; approx_kl and ratio are per token, as every learner's.
             return loss, {
                 "loss": loss,
+                **kl_stats,
                 "clipfrac": (low | high).float().mean(),
                 "clipfrac_low": low.float().mean(),
                 "clipfrac_high": high.float().mean(),
@@ -286,7 +304,10 @@ class GRPOAgent(GroupAgent):
     def learn(self) -> dict[str, float]:
         cfg, shaped = self.config, self.start_update()  # the rollout, its KL and scores
         ro, beta = shaped.rollout, shaped.kl_coef
-        advantages = pg.grpo_advantages(shaped.scores, self.group_size, cfg.scale_rewards)
+        # The KL penalty's reward part (agents/kl_penalty.py; none for TRL's k3_in_loss).
+        rewards = shaped.scores - beta * kp.reward_part(cfg.kl_penalty, shaped.kl).sum(dim=1)
+        advantages = pg.grpo_advantages(rewards, self.group_size, cfg.scale_rewards)
+        scale = pg.grpo_scale(rewards, self.group_size, cfg.scale_rewards)
         loss_mask, mask_stats = self.loss_mask(ro)
         # dapo's tokens per answer
         mean_length = self.optimisation.mean_over_processes(loss_mask.sum(dim=1))
@@ -295,6 +316,7 @@ class GRPOAgent(GroupAgent):
             "advantages": advantages,
             "ref_logprobs": shaped.ref_logprobs,
             "loss_mask": loss_mask,
+            **self.penalty_data(shaped, scale),
         }
 
         def reduce(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -323,14 +345,14 @@ class GRPOAgent(GroupAgent):
             }
             surrogate = ec.weighted(surrogate, mb)  # TRL: before the KL term is added
             pg_loss = reduce(surrogate, mask)
-            if not self.shaping.needs_reference_pass:  # beta fixed at 0: no reference, no k3 term
+            kl_part = self.penalty_loss(mb, logits)  # weighted; None: no loss part, or beta 0
+            if kl_part is None:
                 return pg_loss, {"loss": pg_loss, "loss_policy": pg_loss, **clip_stats}
-            k3 = pm.kl_sampled(own, mb["ref_logprobs"], "k3")
-            loss = reduce(surrogate + beta * k3, mask)  # TRL: KL in each token's loss
+            loss = reduce(surrogate + kl_part, mask)  # TRL: KL in each token's loss
             return loss, {
                 "loss": loss,
                 "loss_policy": pg_loss,
-                "loss_kl": pm.masked_mean(k3, mb["mask"]),
+                "loss_kl": reduce(kl_part, mask),
                 **clip_stats,
             }
 

@@ -28,6 +28,7 @@ import torch
 
 from cory_env import checks
 from cory_rl.agents import engine_correction as ec
+from cory_rl.agents import kl_penalty as kp
 from cory_rl.agents import llm_state, state_io, turns
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents.base import Learner
@@ -67,9 +68,13 @@ class LLMConfig:
     target_kl: float | None = None
     """Stop an update's epochs at the first mini-batch whose ``approx_kl`` (per token, to
     the acting policy) exceeds 1.5x this; None = take every step (``agents/update.py``)."""
-    kl_estimator: str = "full"
-    """How the KL to the reference is measured: ``full`` (exact, over the whole vocabulary)
-    or a sampled estimator, ``k1``, ``k3``, ``abs`` or ``mse``."""
+    kl_penalty: str = "full"
+    """How the KL to the reference enters the update (``agents/kl_penalty.py``). Exact, the
+    gradient of E[R - beta KL]: ``full`` (each state's KL over the vocabulary in its token's
+    reward and, differentiated, in the loss), ``k1`` (the sampled log-ratio in the reward;
+    TRL's PPO), ``k3``. Fidelity forms, biased: ``full_in_reward`` (the official CORY code,
+    TRL 0.7's ``full``), ``k3_in_reward``, ``abs_in_reward``, ``mse_in_reward`` (TRL 0.7's),
+    ``k3_in_loss`` (GRPO's KL term, TRL's)."""
     adaptive_kl: bool = True
     """Adapt the KL coefficient to hold the KL to the reference near ``kl_target`` (Ziegler
     et al. 2019, TRL 0.7's controller); false keeps ``init_kl_coef`` fixed."""
@@ -167,7 +172,7 @@ class LLMConfig:
             "share_prompt_prefix",
         ):
             checks.boolean(getattr(self, name), name, where=w)
-        checks.choice(self.kl_estimator, "kl_estimator", ("full", *pm.KL_ESTIMATORS), where=w)
+        checks.choice(self.kl_penalty, "kl_penalty", tuple(kp.FORMS), where=w)
         checks.boolean(self.engine_correction, "engine_correction", where=w)
         checks.choice(self.engine_correction_mode, "engine_correction_mode", ec.MODES, where=w)
         cap, floor = self.engine_correction_cap, self.engine_correction_floor
@@ -335,7 +340,7 @@ class LLMLearner(Learner):
                     self.engine_seat.plan_turn(
                         self.turn, obs, self.model, self.sampler, self.weights_version
                     )
-            exact_kl = self.config.kl_estimator == "full"
+            exact_kl = kp.needs_full_logprobs(self.config.kl_penalty)
             return next_token(
                 self.turn, generated, self.model, self.sampler, self.accelerator.autocast, exact_kl
             )
@@ -495,15 +500,48 @@ class LLMLearner(Learner):
         return self.shaping.shape(self.take_rollout(), self.watch)
 
     def reference_pass(
-        self, rollout: Rollout, estimator: str | None = None
+        self, rollout: Rollout, measure: str | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The KL to the reference per token and the reference's token log-probs
+        """The KL to the reference per token (``measure``: ``full`` or a sampled estimator;
+        default the configured penalty's) and the reference's token log-probs
         (:meth:`cory_rl.agents.llm_reference.RewardShaping.reference_pass`)."""
-        return self.shaping.reference_pass(rollout, self.watch, estimator)
+        return self.shaping.reference_pass(rollout, self.watch, measure)
 
     def reference_kl(self, rollout: Rollout) -> torch.Tensor:
         """KL(pi || pi_ref) per response token (see :meth:`reference_pass`)."""
         return self.reference_pass(rollout)[0]
+
+    def penalty_data(
+        self, shaped: ShapedRollout, advantage_scale: torch.Tensor | float = 1.0
+    ) -> dict[str, torch.Tensor]:
+        """What the loss part of the KL penalty reads from the batch (:meth:`penalty_loss`):
+        its weight per row (``kl_weight``: beta, times ``advantage_scale``, what the
+        advantages were scaled by, for an exact form) and the reference's log-probs. Empty
+        for a form with no loss part, or with no reference pass (beta fixed at 0)."""
+        name = self.config.kl_penalty
+        if not self.shaping.needs_reference_pass or kp.form(name).in_loss is None:
+            return {}
+        rows = len(shaped.rollout.rewards)
+        weight = kp.loss_weight(name, shaped.kl_coef, advantage_scale)
+        data = {"kl_weight": weight.expand(rows).clone(), "ref_logprobs": shaped.ref_logprobs}
+        if shaped.ref_full_logprobs is not None:
+            data["ref_full_logprobs"] = shaped.ref_full_logprobs
+        return data
+
+    def penalty_loss(
+        self, mb: dict[str, torch.Tensor], logits: torch.Tensor
+    ) -> torch.Tensor | None:
+        """The KL penalty's loss part per token (B, T), weighted by ``kl_weight``, with its
+        gradient (``agents/kl_penalty.py``); None where :meth:`penalty_data` gave nothing.
+        The KL is the model's own distribution's, whatever the sampling settings."""
+        if "kl_weight" not in mb:
+            return None
+        name = self.config.kl_penalty
+        own = None
+        if kp.form(name).in_loss == "k3":
+            own = pm.selective_log_softmax(logits, mb["tokens"])
+        part = kp.loss_part(name, logits, own, mb["ref_logprobs"], mb.get("ref_full_logprobs"))
+        return mb["kl_weight"][:, None].to(part.dtype) * part
 
     def update(
         self,

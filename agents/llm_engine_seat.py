@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from cory_rl.agents import engine_correction as ec
+from cory_rl.agents import kl_penalty as kp
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents.engine import RolloutEngine, SamplingSettings, hf_weights
 from cory_rl.agents.llm_acting import TokenSampler
@@ -63,7 +64,7 @@ class EngineSeat:
         autocast: Callable[[], contextlib.AbstractContextManager[Any]],
     ) -> None:
         """``settings``: ``agents/llm.py``'s ``LLMConfig`` (sampling, ``forward_batch_size``,
-        ``kl_estimator`` and the ``engine_correction`` settings)."""
+        ``kl_penalty`` and the ``engine_correction`` settings)."""
         self.settings = settings
         self.device = device
         self.autocast = autocast
@@ -153,7 +154,7 @@ class EngineSeat:
             columns["logprobs"].append(own.cpu())
             columns["sample_logprobs"].append(sampled.cpu())
             columns["values"].append(values[:, :-1].float().cpu())
-            if cfg.kl_estimator == "full":
+            if kp.needs_full_logprobs(cfg.kl_penalty):
                 columns["full_logprobs"].append(logprobs.cpu())
             else:
                 columns["entropies"].append(pm.entropy_from_logits(logits).cpu())

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from cory_rl.agents import kl_penalty as kp
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents.policy import Reference
 from cory_rl.agents.rollout import (
@@ -39,6 +40,9 @@ class ShapedRollout:
     """(B,) the rewards the game paid, scaled (:meth:`RewardShaping.scaled_rewards`)."""
     kl_coef: float
     """The KL coefficient in force for this update (the controller moves after it)."""
+    ref_full_logprobs: torch.Tensor | None = None
+    """(B, T, V) the reference's log-probs over the vocabulary at each response position,
+    kept only for a KL penalty whose loss part is the exact KL (``kl_penalty: full``)."""
 
 
 class RewardShaping:
@@ -71,34 +75,53 @@ class RewardShaping:
     def shape(self, rollout: Rollout, watch: Watch) -> ShapedRollout:
         """The reference pass and the scaled rewards of ``rollout``, with the KL coefficient
         in force. The shaped rollout goes without the full log-probs: (B, T, V), needed
-        only for the KL, so not held while learning."""
-        kl, ref_logprobs = self.reference_pass(rollout, watch)
+        only for the KL, so not held while learning; the reference's are kept where the
+        penalty's loss part needs them."""
+        ref_full = None
+        if self.needs_reference_pass and kp.needs_reference_full_logprobs(self.settings.kl_penalty):
+            with watch("reference"):
+                kl, ref_logprobs, ref_full = self._reference_pass(
+                    rollout, self.measure, watch, keep_full=True
+                )
+        else:
+            kl, ref_logprobs = self.reference_pass(rollout, watch)
         scores = self.scaled_rewards(rollout)
         without_full = dataclasses.replace(rollout, full_logprobs=None)
-        return ShapedRollout(without_full, kl, ref_logprobs, scores, float(self.kl_ctl.value))
+        return ShapedRollout(
+            without_full, kl, ref_logprobs, scores, float(self.kl_ctl.value), ref_full
+        )
+
+    @property
+    def measure(self) -> str:
+        """How the configured penalty measures the KL per token (``full`` or a sampled
+        estimator)."""
+        return kp.form(self.settings.kl_penalty).measure
 
     @torch.no_grad()
     def reference_pass(
-        self, rollout: Rollout, watch: Watch, estimator: str | None = None
+        self, rollout: Rollout, watch: Watch, measure: str | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """One batched forward of the reference over the rollout: the KL(pi || pi_ref) per
-        response token (by ``estimator``, default the configured one), and the reference
-        log-prob of each sampled token (GRPO's k3 term). Both (B, T), zero on padding; both
-        zero everywhere, with no forward, for an update that does not use them
-        (:attr:`needs_reference_pass`, only when ``estimator`` is not given). The pass runs
-        inside ``watch("reference")``, each chunk inside ``watch("reference_forward")``."""
-        if estimator is None and not self.needs_reference_pass:
+        response token (measured as ``measure`` says, ``full`` or a sampled estimator;
+        default as the configured penalty measures it), and the reference log-prob of each
+        sampled token (the k3 term). Both (B, T), zero on padding; both zero everywhere, with
+        no forward, for an update that does not use them (:attr:`needs_reference_pass`, only
+        when ``measure`` is not given). The pass runs inside ``watch("reference")``, each
+        chunk inside ``watch("reference_forward")``."""
+        if measure is None and not self.needs_reference_pass:
             skipped = torch.zeros(rollout.tokens.shape)
             return skipped, skipped
         with watch("reference"):
-            return self._reference_pass(rollout, estimator or self.settings.kl_estimator, watch)
+            kl, token_logprobs, _ = self._reference_pass(rollout, measure or self.measure, watch)
+            return kl, token_logprobs
 
     def _reference_pass(
-        self, rollout: Rollout, estimator: str, watch: Watch
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, rollout: Rollout, measure: str, watch: Watch, keep_full: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         ids, mask, pos = rollout.sequences()
         B, T = rollout.tokens.shape
         kl, token_logprobs = torch.zeros(B, T), torch.zeros(B, T)
+        ref_full = None
         everyone = by_prompt_length(torch.arange(B), rollout.prompt_mask)
         for rows in everyone.split(self.settings.forward_batch_size):
             inputs = without_shared_padding(
@@ -115,11 +138,15 @@ class RewardShaping:
             for row, row_logits in zip(rows.tolist(), response_logits(logits, T), strict=True):
                 ref_lp = torch.log_softmax(row_logits, dim=-1).cpu()
                 token_logprobs[row] = ref_lp.gather(-1, rollout.tokens[row, :, None]).squeeze(-1)
-                if estimator == "full":
+                if measure == "full":
                     kl[row] = pm.kl_per_token(rollout.full_logprobs[row], ref_lp)
-        if estimator != "full":
-            kl = pm.kl_sampled(rollout.logprobs, token_logprobs, estimator)
-        return kl * rollout.mask, token_logprobs * rollout.mask
+                if keep_full:
+                    if ref_full is None:
+                        ref_full = torch.zeros(B, T, ref_lp.shape[-1])
+                    ref_full[row] = ref_lp
+        if measure != "full":
+            kl = pm.kl_sampled(rollout.logprobs, token_logprobs, measure)
+        return kl * rollout.mask, token_logprobs * rollout.mask, ref_full
 
     def scaled_rewards(self, rollout: Rollout) -> torch.Tensor:
         """The rewards the game paid (the task scores, mixed by ``lam`` in a cooperative

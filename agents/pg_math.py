@@ -113,6 +113,23 @@ def grpo_advantages(
     return centred.reshape(-1)
 
 
+def grpo_scale(
+    rewards: torch.Tensor, group_size: int, scale: str = "group", eps: float = 1e-4
+) -> torch.Tensor:
+    """(B,) what :func:`grpo_advantages` multiplies each answer's centred reward by: 1 / (std
+    + eps) of its group or of the batch, or 1 (``scale: none``)."""
+    grouped = _groups(rewards, group_size)
+    if scale == "group":
+        factor = 1.0 / (grouped.std(dim=1, keepdim=True) + eps)
+    elif scale == "batch":
+        factor = torch.full_like(grouped[:, :1], 1.0) / (rewards.std() + eps)
+    elif scale == "none":
+        factor = torch.ones_like(grouped[:, :1])
+    else:
+        raise ValueError(f"scale must be 'group', 'batch' or 'none', got {scale!r}")
+    return factor.expand_as(grouped).reshape(-1)
+
+
 def normalize(x: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
     """(x - mean) / (std + eps) over the batch (TRL's RLOO ``normalize_advantages``)."""
     return (x - x.mean()) / (x.std() + eps)

@@ -6,11 +6,13 @@ Acting, the reference pass, KL control and persistence are the LLM learner base'
 
 1. one batched forward of the frozen reference over the whole sequences: KL per token
    (``start_update``, with the scaled game rewards);
-2. per-token rewards ``-kl_coef * KL_t`` with the (scaled) game reward at the last token;
+2. per-token rewards ``-kl_coef * KL_t`` with the (scaled) game reward at the last token
+   (the reward part of the ``kl_penalty`` form, ``agents/kl_penalty.py``);
 3. GAE advantages (whitened) and returns from the values recorded while acting (in a game
    of several rounds over each of the agent's trajectories of turns, ``agents/turns.py``);
-4. ``ppo_epochs`` passes over shuffled mini-batches of clipped policy + value loss
-   (``agents/update.py`` steps it);
+4. ``ppo_epochs`` passes over shuffled mini-batches of clipped policy + value loss, plus
+   the penalty's loss part (by default each state's exact KL, differentiated, weighted by
+   ``kl_coef`` over the advantages' whitening scale) (``agents/update.py`` steps it);
 5. the KL controller update from the batch's mean summed KL (``finish``).
 
 Each term of the math is checked against hand-computed values in ``agents/ppo_math.py``.
@@ -25,6 +27,7 @@ import torch
 
 from cory_env import checks
 from cory_rl.agents import engine_correction as ec
+from cory_rl.agents import kl_penalty as kp
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents import turns
 from cory_rl.agents.llm import LLMConfig, LLMLearner
@@ -82,20 +85,25 @@ class PPOAgent(LLMLearner):
         ro = shaped.rollout
         mask = ro.mask.float()
 
-        # Rewards: a KL penalty at every token, the (scaled) game reward at the last one.
-        rewards, non_score = pm.token_rewards(shaped.scores, shaped.kl, mask, shaped.kl_coef)
+        # Rewards: the KL penalty's reward part at every token, the (scaled) game reward at
+        # the last one (agents/kl_penalty.py).
+        in_reward = kp.reward_part(cfg.kl_penalty, shaped.kl)
+        rewards, non_score = pm.token_rewards(shaped.scores, in_reward, mask, shaped.kl_coef)
         # Advantages and value targets from the values recorded while acting (over an
         # agent's turns of a game, in a game of several rounds).
         advantages, returns = turns.gae(
             rewards, ro.values, mask, cfg.gamma, cfg.gae_lambda, ro.episode, ro.turn
         )
+        scale: torch.Tensor | float = 1.0  # what the advantages are scaled by
         if cfg.whiten_advantages:
+            scale = torch.rsqrt(pm.masked_var(advantages, mask) + 1e-8)
             advantages = pm.masked_whiten(advantages, mask)
         data = {
             **ro.batch_tensors(),
             "old_values": ro.values,
             "advantages": advantages,
             "returns": returns,
+            **self.penalty_data(shaped, scale),  # the KL penalty's loss part, if any
         }
 
         def ppo_loss(
@@ -119,6 +127,12 @@ class PPOAgent(LLMLearner):
                 cfg.clip_range_value,
             )
             loss = pg_loss + cfg.vf_coef * vf_loss
+            kl_stats = {}
+            kl_part = self.penalty_loss(mb, logits)
+            if kl_part is not None:  # the direct part of the KL's gradient
+                kl_loss = pm.masked_mean(kl_part, mb["mask"])
+                loss = loss + kl_loss
+                kl_stats["loss_kl"] = kl_loss
             threshold = cfg.ratio_threshold
             skip = threshold is not None and bool(pg_stats["ratio"] > threshold)
             if skip:  # TRL 0.7: a spiking ratio would blow the update up
@@ -128,6 +142,7 @@ class PPOAgent(LLMLearner):
                 "loss_value": vf_loss,
                 "loss_total": loss,
                 "skipped_fraction": float(skip),
+                **kl_stats,
                 **pg_stats,
                 **vf_stats,
             }

@@ -4,14 +4,16 @@ Acting, the reference pass, KL control and persistence are the LLM learner base'
 (``agents/llm.py``). ``learn`` does, top to bottom:
 
 1. the KL to the frozen reference per token, as every LLM learner computes it (the exact
-   full-vocabulary KL, or the sampled estimator ``kl_estimator`` names);
-2. per-token rewards ``r_t = -kl_coef * KL_t``, the game reward (scaled as
+   full-vocabulary KL, or the sampled estimator the ``kl_penalty`` form measures);
+2. per-token rewards ``r_t = -kl_coef * KL_t`` (the penalty's reward part), the game
+   reward (scaled as
    ``score_scaling``/``score_norm``/``score_clip`` say) added at the last token, ``kl_coef``
    from the adaptive or fixed KL controller;
 3. returns-to-go ``G_t = sum_{s>=t} gamma^(s-t) r_s`` (in a game of several rounds over
    the agent's turns of a game, ``agents/turns.py``) and a baseline ``b`` (``baseline``);
 4. one gradient pass over shuffled mini-batches (``agents/update.py``) of
-   ``loss = -mean over valid tokens of logprob_t * (G_t - b)``;
+   ``loss = -mean over valid tokens of logprob_t * (G_t - b)``, plus the penalty's loss
+   part (``agents/kl_penalty.py``: by default each state's exact KL, differentiated);
 5. the KL controller update from the batch's mean summed KL, as PPO.
 
 ``logprob_t`` is taken under the distribution the token was sampled from (agents/sampling.py:
@@ -30,6 +32,7 @@ import torch
 
 from cory_env import checks
 from cory_rl.agents import engine_correction as ec
+from cory_rl.agents import kl_penalty as kp
 from cory_rl.agents import pg_math as pg
 from cory_rl.agents import ppo_math as pm
 from cory_rl.agents import state_io, turns
@@ -106,18 +109,27 @@ class ReinforceAgent(LLMLearner):
         cfg, shaped = self.config, self.start_update()  # the rollout, its KL and scores
         ro = shaped.rollout
         mask = ro.mask.float()
-        rewards, non_score = pm.token_rewards(shaped.scores, shaped.kl, mask, shaped.kl_coef)
+        in_reward = kp.reward_part(cfg.kl_penalty, shaped.kl)  # agents/kl_penalty.py
+        rewards, non_score = pm.token_rewards(shaped.scores, in_reward, mask, shaped.kl_coef)
         returns = turns.returns_to_go(rewards, mask, cfg.gamma, ro.episode, ro.turn)
         b = self.baseline(returns, mask)
         advantages = (returns - b) * mask
+        scale: torch.Tensor | float = 1.0  # what the advantages are scaled by
         if cfg.whiten_advantages:
+            scale = torch.rsqrt(pm.masked_var(advantages, mask) + 1e-8)
             advantages = pg.scale_only(advantages, mask) * mask
-        data = {**ro.batch_tensors(), "advantages": advantages}
+        data = {**ro.batch_tensors(), "advantages": advantages, **self.penalty_data(shaped, scale)}
 
         def reinforce_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
             logprobs = self.sampler.sampled_logprobs(logits, mb)
             loss = -pm.masked_mean(ec.weighted(logprobs * mb["advantages"], mb), mb["mask"])
-            return loss, {"loss": loss, **pm.ratio_stats(logprobs, mb["old_logprobs"], mb["mask"])}
+            stats = {"loss": loss, **pm.ratio_stats(logprobs, mb["old_logprobs"], mb["mask"])}
+            kl_part = self.penalty_loss(mb, logits)
+            if kl_part is not None:  # the direct part of the KL's gradient
+                stats["loss_kl"] = pm.masked_mean(kl_part, mb["mask"])
+                loss = loss + stats["loss_kl"]
+                stats["loss"] = loss
+            return loss, stats
 
         stats = self.update(data, reinforce_loss, epochs=1)
         return {

@@ -146,7 +146,7 @@ def make_config(args: argparse.Namespace, algorithm: str, run_dir: Path) -> Trai
         "ppo_epochs": args.epochs,
         "mini_batch_size": args.mini_batch_size or args.batch_size,
         "gradient_accumulation_steps": args.gradient_accumulation_steps,
-        "kl_estimator": "full",
+        "kl_penalty": "full_in_reward",  # the official loop's (the peer's) form
         "adaptive_kl": True,
         "score_scaling": False,
         "score_norm": False,

@@ -52,8 +52,9 @@ TRL_BETA = {"grpo": 0.0, "rloo": 0.05}
 TRL_NAMES = {"grpo": "GRPOTrainer", "rloo": "RLOOTrainer"}
 EPSILON = 0.2
 """Both sides' clipping range (TRL ``epsilon``, ours ``clip_range``): the two defaults."""
-KL_ESTIMATOR = {"rloo": "k1", "grpo": "k3"}
-"""The KL estimate TRL uses: RLOO's k1 of the sampling policy in the reward, GRPO's k3."""
+KL_PENALTY = {"rloo": "k1", "grpo": "k3_in_loss"}
+"""The KL penalty TRL uses (``agents/kl_penalty.py``): RLOO's k1 of the sampling policy in
+the reward, GRPO's k3 differentiated in the loss."""
 SIDES = ("ours", "trl")
 SMOKE = {"model": None, "steps": 2, "prompts": 2, "group_size": 2, "new_tokens": 3}
 """``--smoke``: both learners and both sides, 2 steps (the first a warm-up) of 4 answers of
@@ -142,7 +143,7 @@ def our_overrides(args: argparse.Namespace, learner: str, run_dir: str | None = 
         "clip_range": EPSILON,
         "init_kl_coef": beta_for(args, learner),
         "adaptive_kl": False,
-        "kl_estimator": KL_ESTIMATOR[learner],
+        "kl_penalty": KL_PENALTY[learner],
         "whiten_advantages": False,
         "score_scaling": False,
         "score_norm": False,

@@ -158,7 +158,9 @@ FIXED = {"init_kl_coef": 0.1, "adaptive_kl": False, "score_scaling": False, "lea
 
 
 def test_reinforce_update_by_hand(tiny_tokenizer, tiny_lm, monkeypatch):
-    cfg = ReinforceConfig(mini_batch_size=2, whiten_advantages=False, gamma=1.0, **FIXED)
+    cfg = ReinforceConfig(
+        mini_batch_size=2, whiten_advantages=False, gamma=1.0, kl_penalty="full_in_reward", **FIXED
+    )  # the KL's reward part by hand (the loss part: tests/test_kl_penalty.py)
     [policy], reference = build_policies(tiny_lm, 1)
     agent = ReinforceAgent(policy, reference, cfg, tiny_tokenizer.pad_token_id)
     ro = rollout_of(agent, tiny_tokenizer, batch=2, budget=2)
@@ -237,7 +239,9 @@ def group_agent(cls, cfg, tokenizer, lm):
 
 
 def test_rloo_update_by_hand(tiny_tokenizer, tiny_lm, monkeypatch):
-    cfg = RLOOConfig(mini_batch_size=4, ppo_epochs=1, whiten_advantages=False, **FIXED)
+    cfg = RLOOConfig(
+        mini_batch_size=4, ppo_epochs=1, whiten_advantages=False, kl_penalty="k1", **FIXED
+    )  # the KL's reward part by hand, as TRL's RLOO (the loss part: tests/test_kl_penalty.py)
     agent = group_agent(RLOOAgent, cfg, tiny_tokenizer, tiny_lm)
     ro = rollout_of(agent, tiny_tokenizer, batch=4, budget=1, group_size=2)
     agent.rollout = ro = dataclasses.replace(ro, rewards=torch.tensor([1.0, 0.0, 0.5, 0.5]))
@@ -260,7 +264,7 @@ def test_rloo_update_by_hand(tiny_tokenizer, tiny_lm, monkeypatch):
 
 
 def test_grpo_update_by_hand(tiny_tokenizer, tiny_lm, monkeypatch):
-    cfg = GRPOConfig(mini_batch_size=4, ppo_epochs=1, **FIXED)
+    cfg = GRPOConfig(mini_batch_size=4, ppo_epochs=1, kl_penalty="k3_in_loss", **FIXED)  # TRL's
     agent = group_agent(GRPOAgent, cfg, tiny_tokenizer, tiny_lm)
     ro = rollout_of(agent, tiny_tokenizer, batch=4, budget=1, group_size=2)
     agent.rollout = ro = dataclasses.replace(ro, rewards=torch.tensor([1.0, 0.0, 0.5, 0.5]))
@@ -274,8 +278,8 @@ def test_grpo_update_by_hand(tiny_tokenizer, tiny_lm, monkeypatch):
     # group 1: (1 - 0.5) / (sqrt(0.5) + 1e-4) = 0.70700..; group 2 has std 0: advantage 0
     a = 0.5 / (math.sqrt(0.5) + 1e-4)
     close(seen["advantages"], [a, -a, 0.0, 0.0])
-    # k3 with log r = logp_ref - logp = -0.1: exp(-0.1) - 1 + 0.1 = 0.0048374
-    assert stats["grpo/loss_kl"] == pytest.approx(math.exp(-0.1) - 0.9, abs=1e-5)
+    # beta times k3, with log r = logp_ref - logp = -0.1: exp(-0.1) - 1 + 0.1 = 0.0048374
+    assert stats["grpo/loss_kl"] == pytest.approx(0.1 * (math.exp(-0.1) - 0.9), abs=1e-6)
     # ratio 1: policy loss -mean(A) = 0; total = 0 + beta 0.1 * k3
     assert stats["grpo/loss_policy"] == pytest.approx(0.0, abs=1e-4)
     assert stats["grpo/loss"] == pytest.approx(0.1 * (math.exp(-0.1) - 0.9), abs=1e-4)

@@ -87,8 +87,8 @@ def test_flags_reach_both_sides():
         assert trl["max_grad_norm"] == 0 and ours["learner"]["max_grad_norm"] is None
         assert trl["activation_checkpointing"] is ours["activation_checkpointing"] is True
     assert bench_trl.trl_kwargs(args, "grpo", "x")["use_bias_correction_kl"] is False
-    assert bench_trl.our_overrides(args, "rloo")["learner"]["kl_estimator"] == "k1"
-    assert bench_trl.our_overrides(args, "grpo")["learner"]["kl_estimator"] == "k3"
+    assert bench_trl.our_overrides(args, "rloo")["learner"]["kl_penalty"] == "k1"
+    assert bench_trl.our_overrides(args, "grpo")["learner"]["kl_penalty"] == "k3_in_loss"
 
 
 @pytest.mark.parametrize("learner", ["grpo", "rloo"])

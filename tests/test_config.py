@@ -92,7 +92,7 @@ def test_readme_commands_build_valid_configs():
         ({"learner": {"learning_rate": -1e-5}}, "learning_rate must be a finite number > 0"),
         ({"learner": {"gamma": 1.5}}, "gamma must be a finite number >= 0 and <= 1"),
         ({"learner": {"adaptive_kl": 1}}, "adaptive_kl must be true or false"),
-        ({"learner": {"kl_estimator": "k9"}}, "kl_estimator must be one of"),
+        ({"learner": {"kl_penalty": "k9"}}, "kl_penalty must be one of"),
         ({"learner": 3}, "learner must be a mapping"),
         ({"batchsize": 3}, r"unknown settings \['batchsize'\]"),
     ],

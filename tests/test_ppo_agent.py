@@ -83,7 +83,7 @@ def test_kl_is_zero_before_training_and_positive_after(tiny_tokenizer, tiny_lm):
 
 
 def test_sampled_kl_estimator_runs_without_full_logprobs(tiny_tokenizer, tiny_lm):
-    cfg = PPOConfig(kl_estimator="k3", mini_batch_size=4)
+    cfg = PPOConfig(kl_penalty="k3", mini_batch_size=4)
     game = cory_env.batched_game(
         target_task(tiny_tokenizer), batch_size=4, n_agents=1, tokenizer=tiny_tokenizer
     )
@@ -168,8 +168,8 @@ def test_save_and_load_restore_the_agent(tiny_tokenizer, tiny_lm, tmp_path):
 
 
 def test_bad_config_is_rejected():
-    with pytest.raises(ValueError, match="kl_estimator"):
-        PPOConfig(kl_estimator="bogus").validate()
+    with pytest.raises(ValueError, match="kl_penalty"):
+        PPOConfig(kl_penalty="bogus").validate()
     with pytest.raises(ValueError, match="multiple of gradient_accumulation_steps"):
         PPOConfig(mini_batch_size=6, gradient_accumulation_steps=4).validate()
 

@@ -22,7 +22,7 @@ PPO_BASELINE = {"init_kl_coef": 0.3, "score_scaling": False, "score_norm": False
 CORY_DEFAULTS = {"init_kl_coef": 0.4, "score_scaling": True, "score_norm": True, **SAMPLING}
 # TRL 1.16's RLOOConfig / GRPOConfig defaults: beta 0.05 / 0.0 fixed, one pass per batch.
 _TRL_GROUP = {"adaptive_kl": False, "ppo_epochs": 1, "whiten_advantages": False}
-RLOO_TRL = {**_TRL_GROUP, "init_kl_coef": 0.05, "kl_estimator": "k1"}
+RLOO_TRL = {**_TRL_GROUP, "init_kl_coef": 0.05, "kl_penalty": "k1"}
 GRPO_TRL = {**_TRL_GROUP, "init_kl_coef": 0.0}
 
 

@@ -19,6 +19,12 @@ CPU_UPDATE: dict[str, Any] = {"mini_batch_size": 32, "ppo_epochs": 4, "learning_
 """Their updates: 4 optimiser steps per batch, one per epoch, as the official scripts take
 (batch = mini-batch), at a learning rate whose updates are healthy at this batch."""
 
+OFFICIAL_KL: dict[str, Any] = {"kl_penalty": "full_in_reward"}
+"""The official CORY code's KL penalty (TRL 0.7's ``full``: each state's KL in its token's
+reward, nothing in the loss), kept by the presets that reproduce the paper's settings. Its
+gradient is not that of the KL-regularised objective (``agents/kl_penalty.py``), so its
+coefficient barely moves the KL; the other presets take the exact default."""
+
 PRESETS: dict[str, dict[str, Any]] = {
     # A few minutes on 2 CPU cores: proves the whole path end to end (README, CI).
     "smoke": {
@@ -73,6 +79,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "max_new_tokens": [4, 16],
         "learner": {
             **CPU_UPDATE,
+            **OFFICIAL_KL,
             "adaptive_kl": True,
             "kl_target": 6.0,
             "kl_horizon": 1250,
@@ -94,6 +101,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "mixed_precision": "no",
         "task_settings": {"dataset": "stanfordnlp/imdb", "reward": "lvwerra/distilbert-imdb"},
         "learner": {
+            **OFFICIAL_KL,
             "mini_batch_size": 256,
             "gradient_accumulation_steps": 16,
             "ppo_epochs": 4,
@@ -120,6 +128,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "batch_size": 32,
         "role_exchange_period": 5,
         "learner": {
+            **OFFICIAL_KL,
             "mini_batch_size": 32,
             "gradient_accumulation_steps": 16,
             "ppo_epochs": 4,
@@ -152,6 +161,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "role_exchange_period": 5,
         "mixed_precision": "no",
         "learner": {
+            **OFFICIAL_KL,
             "mini_batch_size": 256,
             "gradient_accumulation_steps": 16,
             "ppo_epochs": 4,

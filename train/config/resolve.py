@@ -19,6 +19,7 @@ import yaml
 from cory_env import checks
 from cory_env.core import GAME_SETTINGS, GameSettings
 from cory_env.plugins import import_modules
+from cory_rl.agents.kl_penalty import OLD_ESTIMATORS
 from cory_rl.agents.registry import available_learners, learner_spec
 from cory_rl.train.config.algorithms import ALGORITHMS, algorithm_defaults
 from cory_rl.train.config.presets import PRESET_ALGORITHM_SETTINGS, PRESETS
@@ -69,7 +70,7 @@ def _merge(
         raise checks.SettingError(
             f"{source}: unknown settings {unknown}; known settings are {sorted(known)}"
         )
-    values = dict(values)
+    values = _renamed_settings(dict(values), source)
     game = values.pop("game", None) or {}
     if isinstance(game, GameSettings):
         game = dataclasses.asdict(game)
@@ -92,6 +93,30 @@ def _merge(
     learner = {**config.learner, **section}
     optional.difference_update(section)
     return dataclasses.replace(config, **values, learner=learner)
+
+
+def _renamed_settings(values: dict[str, Any], source: str) -> dict[str, Any]:
+    """``values`` with the learner settings that were renamed given their new names, as
+    they ran: ``kl_estimator: full`` (before ``kl_penalty``) is ``kl_penalty:
+    full_in_reward``, so that a saved config reproduces its run. The caller's mapping is
+    left as it was given."""
+    values = copy.deepcopy(values)
+    section = values.get("learner")
+    sections = [section] if isinstance(section, dict) else []
+    seats = values.get("learners")
+    if isinstance(seats, dict):
+        sections += [entry for entry in seats.values() if isinstance(entry, dict)]
+    for part in sections:
+        if "kl_estimator" not in part:
+            continue
+        if "kl_penalty" in part:
+            raise checks.SettingError(
+                f"{source}: kl_estimator and kl_penalty both given: kl_estimator is the old "
+                "name of kl_penalty; keep kl_penalty only"
+            )
+        old = part.pop("kl_estimator")
+        part["kl_penalty"] = OLD_ESTIMATORS.get(old, old) if isinstance(old, str) else old
+    return values
 
 
 def _layer_defaults(
