@@ -23,6 +23,7 @@ from cory_rl.agents.sharding import Sharding
 from cory_rl.train.config.train_config import TrainConfig
 from cory_rl.train.core.distributed import Processes
 from cory_rl.train.core.games import make_game, owners
+from cory_rl.train.core.server_wait import wait_for_listener
 
 
 def make_accelerator(config: TrainConfig) -> Any:
@@ -120,6 +121,8 @@ def build_game_and_learners(
         task = make_task(config.task, **config.task_settings)
     set_seed(config.seed)
     accelerator = accelerator or make_accelerator(config)
+    if config.rollout_engine != "none" and config.vllm_mode == "server":  # before the models
+        wait_for_listener(server_url(config), config.vllm_server_timeout, say=_say(accelerator))
     tokenizers = {}
     for agent, model in seat_models.items():
         try:
@@ -203,6 +206,18 @@ def attach_engines(
         learner.attach_engine(engines[model], tokenizers[agent].eos_token_id)
 
 
+def server_url(config: TrainConfig) -> str:
+    """The vLLM server's address: ``vllm_server_base_url``, else its host and port."""
+    return config.vllm_server_base_url or (
+        f"http://{config.vllm_server_host}:{config.vllm_server_port}"
+    )
+
+
+def _say(accelerator: Any) -> Any:
+    """``print`` with a flush on the main process; None (silence) on the others."""
+    return partial(print, flush=True) if Processes(accelerator).is_main else None
+
+
 def server_engine(
     config: TrainConfig, model: str, name: str, game: BatchedTextGame, learner: Any
 ) -> VLLMServerEngine:
@@ -215,12 +230,9 @@ def server_engine(
             "them one model, or use vllm_mode colocate"
         )
     processes = Processes(learner.accelerator)
-    url = config.vllm_server_base_url or (
-        f"http://{config.vllm_server_host}:{config.vllm_server_port}"
-    )
     try:
         return VLLMServerEngine(
-            url,
+            server_url(config),
             model,
             max_model_len=game.context_length + game.budget_high,
             timeout=config.vllm_server_timeout,
