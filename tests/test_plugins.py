@@ -101,3 +101,16 @@ def test_a_task_package_of_one_s_own_is_found_by_import(tmp_path, monkeypatch, s
     assert config.imports == ["my_package.tasks"] and config.task == "my_reviews"
     assert {"my_reviews", "my_more"} <= set(cory_env.available_tasks())
     assert make_task("my_more").name == "custom"
+
+
+def test_one_flag_for_imports(capsys) -> None:
+    """``--import MODULE`` is the flag of the setting ``imports``; ``--imports`` is refused in
+    one line that names it."""
+    from cory_rl.train.commands.train_flags import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--preset", "smoke", "--imports", "[my_package.tasks]"], "cory")
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert "--imports: the flag is --import MODULE" in lines[0] and "usage:" not in lines[0]
+    config, _ = parse_args(["--preset", "smoke", "--import", "json", "--import", "csv"], "cory")
+    assert config.imports == ["json", "csv"]

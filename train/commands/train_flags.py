@@ -99,6 +99,13 @@ def learner_setting_help(
     return help_line(next((doc for doc in docs if doc), ""), shown)  # shown: already text
 
 
+class OneImportFlag(argparse.Action):
+    """``--imports``: refused, naming the one flag of the setting, ``--import``."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option: Any = None) -> None:
+        parser.error("--imports: the flag is --import MODULE, once per module")
+
+
 def make_parser(algorithm: str) -> argparse.ArgumentParser:
     """The training command's parser: one flag per setting, each with its field's
     documentation (``cory_rl.train.config.field_docs``) and its default under ``algorithm``
@@ -127,14 +134,18 @@ def make_parser(algorithm: str) -> argparse.ArgumentParser:
         default=argparse.SUPPRESS,
         help=_escaped(field_help(TrainConfig, "algorithm", algorithm)),
     )
-    parser.add_argument(
+    parser.add_argument(  # the flag of the setting ``imports``: one module a flag
         "--import",
         action="append",
         dest="import_modules",
         metavar="MODULE",
         default=[],
-        help="a module of your own to import first (it registers learners or tasks); "
-        "repeatable (default: [])",
+        help=_escaped(
+            field_help(TrainConfig, "imports", []).replace(" (default:", " Repeatable (default:")
+        ),
+    )
+    parser.add_argument(
+        "--imports", action=OneImportFlag, default=argparse.SUPPRESS, help=argparse.SUPPRESS
     )
     layer = algorithm_defaults(algorithm)
     game = dataclasses.replace(
@@ -142,7 +153,7 @@ def make_parser(algorithm: str) -> argparse.ArgumentParser:
     )
     run = parser.add_argument_group("run settings (TrainConfig)")
     for f in dataclasses.fields(TrainConfig):
-        if f.name == "algorithm":
+        if f.name in ("algorithm", "imports"):  # their flags are above
             continue
         default = {"game": dataclasses.asdict(game), "learner": layer["learner"]}.get(
             f.name, field_default(TrainConfig, f.name)
