@@ -12,6 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from cory_env import custom_task
+from cory_env.checks import RewardOutputError
+from cory_env.tasks.base import REWARD_LIMIT
 from cory_rl.train.commands import train as run
 from tests.conftest import read_jsonl, tiny_flags, user_module
 
@@ -43,6 +46,10 @@ def strings(queries, responses, answers=None):
 
 def raises(queries, responses, answers=None):
     return {"x": 1}["y"]
+
+
+def huge(queries, responses, answers=None):
+    return [1e30] * len(responses)
 """
 
 
@@ -162,6 +169,7 @@ def test_a_reward_server_is_probed_before_any_model_loads(
         ("nan", "returned nan for row 0 (response '')"),
         ("strings", "whose row 0 is str 'good'"),
         ("raises", "raised KeyError: 'y'"),
+        ("huge", "returned 1e+30 for row 0 (response ''); scores beyond +-1e+06"),
     ],
 )
 def test_a_reward_that_returns_the_wrong_thing_is_one_line_before_any_model_loads(
@@ -174,6 +182,14 @@ def test_a_reward_that_returns_the_wrong_thing_is_one_line_before_any_model_load
     assert message in text and f"reward function {module}.py:{function}" in text
     assert "a trial before any model loads" in text and "placeholder answers" in text
     assert not (path / "run" / "config.yaml").exists()
+
+
+def test_the_reward_limit_is_checked_at_its_bound():
+    task = custom_task(["a", "b"], lambda queries, responses: [REWARD_LIMIT, -REWARD_LIMIT])
+    assert task.score(task.queries, ["x", "y"]) == [REWARD_LIMIT, -REWARD_LIMIT]
+    over = custom_task(["a"], lambda queries, responses: [-REWARD_LIMIT * 1.001])
+    with pytest.raises(RewardOutputError, match=r"returned -1\.001e\+06 for row 0.*rescale"):
+        over.score(over.queries, ["x"])
 
 
 def test_a_reward_that_raises_mid_run_leaves_a_checkpoint_that_resumes(

@@ -30,6 +30,12 @@ __all__ = [
 ]
 
 
+REWARD_LIMIT = 1e6
+"""The largest score magnitude a reward may return: beyond it the learners' losses lose
+their meaning (a value loss squares the score: 1e30 squared is inf in float32), and no
+task's scale needs it."""
+
+
 class TaskFunctionError(checks.UserError, RuntimeError):
     """A task's reward or prompt function raised; the original error is the ``__cause__``."""
 
@@ -192,6 +198,13 @@ class Task:
                 raise checks.RewardOutputError(
                     f"task {self.name!r}: reward function {fn} returned {value} for row {row} "
                     f"(response {responses[row]!r}); it must return {expected}"
+                )
+            if abs(value) > REWARD_LIMIT:
+                raise checks.RewardOutputError(
+                    f"task {self.name!r}: reward function {fn} returned {value:g} for row {row} "
+                    f"(response {responses[row]!r}); scores beyond +-{REWARD_LIMIT:g} "
+                    "(cory_env.tasks.base.REWARD_LIMIT) break the learners' losses: rescale "
+                    "them (a few units either side of 0 is the usual scale)"
                 )
         return scores
 
