@@ -86,3 +86,16 @@ def test_one_grpo_step_of_trl_on_the_seat(tiny_lm, tmp_path) -> None:
     logged = trainer.state.log_history[0]
     assert f"rewards/{reward.__name__}/mean" in logged
     assert len(reward.last_games) == 4 and all("llm_1" in g["responses"] for g in reward.last_games)
+
+
+@pytest.mark.slow
+def test_the_example_smoke_step_with_the_embedded_model(tmp_path) -> None:
+    """examples/trl_seat_grpo.py --smoke: one GRPO step of the embedded model in seat llm_1,
+    the embedded model as its partner; the trained model is saved."""
+    from pathlib import Path
+
+    from tests.conftest import load_script
+
+    example = load_script(Path(__file__).resolve().parents[1] / "examples/trl_seat_grpo.py")
+    (out,) = example.main(["--smoke", "--out", str(tmp_path / "seat")])
+    assert (out / "config.json").is_file() and (out / "tokenizer_config.json").is_file()
