@@ -5,6 +5,7 @@ env = cory_env.text_game(task="imdb")          # PettingZoo AECEnv, one game
 game = cory_env.batched_game("imdb", batch_size=64)   # B games in lock-step
 seat = cory_env.single_seat("arith", seat="llm_1")     # gymnasium.Env of one seat
 env = pettingzoo.make("aec", "cory/TextGame-v0", task="imdb")  # text_game, from the registry
+env = cory_env.turn_game(task="imdb")          # the same game, one whole answer per step
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from cory_env.models import (
     pad_token_id,
 )
 from cory_env.query import Query
+from cory_env.seat_game import SeatGame
 from cory_env.single_seat import SingleSeatEnv, single_seat
 from cory_env.small_vocab import SMALL_VOCAB_ARITH, ArithScriptedPlayer, small_vocab_tokenizer
 from cory_env.tasks import (
@@ -39,6 +41,7 @@ from cory_env.tasks import (
     make_task,
     register_task,
 )
+from cory_env.turn_game import TurnGameEnv, play_answers, turn_game
 
 
 def text_game(
@@ -93,10 +96,12 @@ __all__ = [
     "GameSettings",
     "PETTINGZOO_ID",
     "Query",
+    "SeatGame",
     "SingleSeatEnv",
     "Task",
     "TaskFunctionError",
     "TextGameEnv",
+    "TurnGameEnv",
     "available_tasks",
     "batched_game",
     "custom_task",
@@ -105,9 +110,11 @@ __all__ = [
     "load_tokenizer",
     "make_task",
     "pad_token_id",
+    "play_answers",
     "register_task",
     "role_name",
     "single_seat",
     "small_vocab_tokenizer",
     "text_game",
+    "turn_game",
 ]
