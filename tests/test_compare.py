@@ -333,15 +333,40 @@ def test_an_evaluation_of_another_format_is_refused_naming_the_file(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("flag", "value"), [("--at_kl", "-5"), ("--at_kl", "nan"), ("--eta", "-1")]
+    ("flags", "message"),
+    [
+        (["--at_kl", "-5"], "argument --at_kl: -5 is not a number above 0"),
+        (["--at_kl", "0"], "argument --at_kl: 0 is not a number above 0"),
+        (["--at_kl", "0", "0.5"], "argument --at_kl: 0 is not a number above 0"),
+        (["--at_kl", "nan"], "argument --at_kl: nan is not a number above 0"),
+        (["--eta", "-1"], "argument --eta: -1 is not a number at least 0"),
+    ],
 )
-def test_a_meaningless_number_is_refused_in_one_line(tmp_path, capsys, flag, value):
+def test_a_meaningless_number_is_refused_in_one_line(tmp_path, capsys, flags, message):
     fake_run(tmp_path / "p0", "ppo", 0, 0.1, [0.0], 1.0)
     with pytest.raises(SystemExit):
-        compare.main([str(tmp_path), "--out", str(tmp_path / "out"), flag, value])
+        compare.main([str(tmp_path), "--out", str(tmp_path / "out"), *flags])
     err = capsys.readouterr().err.strip().splitlines()
-    assert f"argument {flag}: {value} is not a number at least 0" in err[0] and len(err) == 2
+    assert message in err[0] and len(err) == 2
     assert not (tmp_path / "out").exists()
+
+
+def test_a_kl_outside_what_every_seed_reaches_is_said(tmp_path, capsys):
+    runs = tmp_path / "sweep"
+    for name, algorithm, seed, top in [("p0", "ppo", 0, 12.0), ("c0", "cory", 0, 10.0)]:
+        trajectory = [(0, 0.0, 0.1), (10, top / 2, 0.5), (20, top, 0.9)]
+        fake_run(runs / name, algorithm, seed, 0.1, [0.0], 1.0, trajectory=trajectory)
+    out = ["--out", str(tmp_path / "out"), "--baseline", "ppo"]
+    compare.main([str(runs), *out, "--at_kl", "5", "11", "50"])
+    said = capsys.readouterr().out
+    assert "--at_kl 5 is outside" not in said
+    assert "--at_kl 11 is outside the held-out KLs every seed reaches (0 to 10" in said
+    assert "11 is outside" in said and "its rows count only the seeds that reach it" in said
+    assert "--at_kl 50 is outside" in said and "no seed reaches it: it has no row" in said
+    kls = {r["kl"] for r in csv.DictReader((tmp_path / "out" / "matched_kl.csv").open())}
+    assert kls == {"5.0", "11.0"}
+    compare.main([str(runs), *out, "--at_kl", "50"])
+    assert "no seed reaches any of --at_kl 50: no matched-KL table" in capsys.readouterr().out
 
 
 def test_a_point_no_evaluation_reports_is_refused_before_anything_is_written(tmp_path, capsys):

@@ -284,3 +284,16 @@ def test_files_written_over_are_written_beside_and_swapped_in(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]  # nothing half left
     write_text(target, "new: 2\n")
     assert target.read_text() == "new: 2\n"
+
+
+def test_fsdp2_in_one_plain_process_says_it_shards_nothing(tiny_model_dir, tmp_path, capsys):
+    from cory_rl.train.core.build import make_accelerator, make_sharding
+
+    config = tiny_config(tiny_model_dir, tmp_path / "run", sharding="fsdp2")
+    assert make_sharding(config, make_accelerator(config)) is None
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "FSDP2 in one process shards nothing" in err[0]
+    assert "accelerate launch --config_file train/configs/fsdp2.yaml" in err[0]
+    config = tiny_config(tiny_model_dir, tmp_path / "run", sharding="none")
+    assert make_sharding(config, make_accelerator(config)) is None
+    assert capsys.readouterr().err == ""

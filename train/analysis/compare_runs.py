@@ -46,6 +46,7 @@ from cory_rl.train.analysis.figures import plot_curves, plot_frontier, plot_traj
 from cory_rl.train.analysis.trajectories import (
     COLLAPSE,
     default_kls,
+    kl_notes,
     matched_kl_rows,
     pass_at_k_rows,
     reference_use_rows,
@@ -304,7 +305,15 @@ def compare(
         written += write_comparisons(groups, base_group, point, out) or ()
     written += plot_trajectories(groups, point, out)
     kls = at_kl if at_kl else default_kls(groups, point)
-    written += write_matched_kl(groups, base_group, point, kls, out) or ()
+    for note in kl_notes(groups, point, kls):
+        print(note)
+    matched = write_matched_kl(groups, base_group, point, kls, out)
+    if matched is None and at_kl:
+        print(
+            f"compare: no seed reaches any of --at_kl {' '.join(f'{k:g}' for k in at_kl)}: "
+            "no matched-KL table"
+        )
+    written += matched or ()
     written += write_pass_at_k(groups, point, out) or ()
     written += write_reference_use(groups, out) or ()
     for group in groups:

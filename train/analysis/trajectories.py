@@ -90,6 +90,52 @@ def default_kls(groups: list[Group], point: str, count: int = 4) -> list[float]:
     return [round(top * (i + 1) / count, 6) for i in range(count)] if top > 0 else []
 
 
+def kl_span(groups: list[Group], point: str) -> tuple[float, float] | None:
+    """The held-out KLs every seed's trajectory reaches (from the largest of their lowest
+    to the smallest of their highest); None when no run has a trajectory."""
+    spans = [
+        (min(kls), max(kls))
+        for g in groups
+        for r in g.runs
+        if (kls := [kl for _, kl, _ in trajectory(r, point)])
+    ]
+    if not spans:
+        return None
+    return max(low for low, _ in spans), min(high for _, high in spans)
+
+
+def kl_notes(groups: list[Group], point: str, kls: list[float]) -> list[str]:
+    """One line for each asked KL that not every seed reaches: its row counts fewer seeds
+    than the group has, or there is none (why: a reader would take a row for all seeds)."""
+    span = kl_span(groups, point)
+    if span is None:
+        return []
+    low, high = span
+    notes = []
+    for kl in kls:
+        if low <= kl <= high:
+            continue
+        what = (
+            "its rows count only the seeds that reach it"
+            if any(_reached(groups, point, kl))
+            else "no seed reaches it: it has no row"
+        )
+        notes.append(
+            f"compare: --at_kl {kl:g} is outside the held-out KLs every seed reaches "
+            f"({low:g} to {high:g}, point {point!r}); {what}"
+        )
+    return notes
+
+
+def _reached(groups: list[Group], point: str, kl: float) -> Iterator[bool]:
+    """For each seed of every group: whether its trajectory reaches ``kl``."""
+    for group in groups:
+        for run in group.runs:
+            points = trajectory(run, point)
+            xs, ys = [p[1] for p in points], [p[2] for p in points]
+            yield bool(points) and inference.value_at(xs, ys, kl) is not None
+
+
 def matched_kl_rows(
     groups: list[Group], baseline: Group, point: str, kls: list[float]
 ) -> list[dict[str, Any]]:

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     )
     parser.add_argument(
         "--at_kl",
-        type=number_at_least(0),
+        type=number_at_least(0, above=True),  # at KL 0 every policy is the reference
         nargs="+",
         help="held-out KLs of the matched comparison (default: 4 up to the "
         "largest KL every seed reaches)",

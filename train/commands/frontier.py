@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     )
     parser.add_argument(
         "--at_kl",
-        type=number_at_least(0),
+        type=number_at_least(0, above=True),  # at KL 0 every policy is the reference
         nargs="+",
         help="held-out KLs of the matched comparison (default: 5 up to the largest KL every "
         "counted seed reaches)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from functools import partial
 from typing import Any
 
@@ -33,6 +34,13 @@ def make_accelerator(config: TrainConfig) -> Any:
     return Accelerator(cpu=use_cpu, mixed_precision=config.mixed_precision)
 
 
+ONE_PROCESS_SHARDS_NOTHING = (
+    "warning: sharding: FSDP2 in one process shards nothing (each of N processes holds 1/N "
+    "of the weights; here N is 1): the run trains as with sharding none; shard with "
+    "accelerate launch --config_file train/configs/fsdp2.yaml --num_processes N (docs/scale.md)"
+)
+
+
 def launched_with_fsdp() -> str | None:
     """The FSDP version an ``accelerate launch`` config asks for (its environment), or None."""
     if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() != "true":
@@ -55,7 +63,10 @@ def make_sharding(config: TrainConfig, accelerator: Any) -> Sharding | None:
             "or set sharding fsdp2"
         )
     wanted = config.sharding == "fsdp2" or (config.sharding == "auto" and launched is not None)
-    if not wanted or Processes(accelerator).num == 1:
+    if not wanted:
+        return None
+    if Processes(accelerator).num == 1:  # the same config may be meant for a launch later
+        print(ONE_PROCESS_SHARDS_NOTHING, file=sys.stderr, flush=True)
         return None
     # Every process loads the whole weights (transformers would otherwise leave them empty
     # outside the main process, for FSDP1 to broadcast); the pool then shards them.
