@@ -112,6 +112,12 @@ class Learner:
         """Dynamic sampling: whether this seat wants another batch before it learns."""
         return False
 
+    def has_experience(self) -> bool:
+        """Whether the batch gave this seat anything to learn from: not when every one of
+        its turns was empty (a refereed match over before its turn); the loop then skips
+        its update."""
+        return True
+
     def restart(self) -> None:
         """A fresh optimiser and KL state at a role exchange (``can_restart``)."""
         raise NotImplementedError(f"{type(self).__name__} cannot restart (can_restart False)")

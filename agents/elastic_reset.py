@@ -154,6 +154,9 @@ class ElasticReset(Learner):
     def end_turn(self, num_generated: np.ndarray) -> None:
         self.agent.end_turn(num_generated)
 
+    def has_experience(self) -> bool:  # the Learner capability: PPO's
+        return self.agent.has_experience()
+
     def discard_turn(self) -> None:
         self.agent.discard_turn()
 

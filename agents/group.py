@@ -195,15 +195,20 @@ class GroupAgent(LLMLearner):
             returns[:, columns] = turns.turn_returns(rewards[:, columns])
         return returns, np.ones(returns.shape, dtype=bool)
 
+    def empty_answers(self, rollout: Any) -> Any:
+        """Groups must stay whole: a game of one turn in which no token was accepted (a
+        refereed match over before this seat's turn) keeps its row, weighted zero in the
+        loss (none of its tokens counts), its reward still in its group's baseline."""
+        return rollout
+
+    def has_experience(self) -> bool:
+        return self.rollout is not None and bool(self.rollout.mask.any())
+
     def empty_turns(self, rollout: Any) -> Any:
-        """Groups must stay whole: a game with empty turns (a refereed game's rows that
-        waited) is refused."""
-        if bool((rollout.mask.sum(dim=1) == 0).any()):
-            raise checks.SettingError(
-                f"{self.name} judges each answer against the other answers to its query at "
-                "the same turn, but in this game some turns are empty (a match over, or "
-                "waiting on the other player): train it with ppo or reinforce"
-            )
+        """Groups must stay whole: in a game of several rounds, a turn in which no token was
+        accepted (a refereed match over, or waiting on the other player) keeps its row,
+        weighted zero in the loss, its return (``turn_credit``: what this seat's turn and
+        later ones were paid) still in its group's baseline."""
         return rollout
 
     def end_rollout(self, obs: dict[str, Any], rewards: Any) -> None:

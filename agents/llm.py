@@ -385,8 +385,17 @@ class LLMLearner(Learner):
             if rewards.ndim == 2:
                 self.rollout = self._episodes_rollout(rewards)
             else:
-                self.rollout = self._close_turn(obs["num_generated"], rewards)
+                self.rollout = self.empty_answers(self._close_turn(obs["num_generated"], rewards))
         self.turn = None
+
+    def empty_answers(self, rollout: Rollout) -> Rollout:
+        """What becomes of a game of one turn in which this seat accepted no token (a
+        refereed match over before its turn): left out of the update
+        (:func:`cory_rl.agents.turns.without_empty_rows`)."""
+        return turns.without_empty_rows(rollout)
+
+    def has_experience(self) -> bool:  # the Learner capability
+        return self.rollout is not None and len(self.rollout.rewards) > 0
 
     def discard_turn(self) -> None:
         """Let the finished turn(s) go and keep the rollout already collected (a batch the

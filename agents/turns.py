@@ -114,6 +114,16 @@ def turn_returns(rewards: np.ndarray, gamma: float = 1.0) -> np.ndarray:
     return out
 
 
+def without_empty_rows(rollout: Rollout) -> Rollout:
+    """``rollout`` (one turn per game) minus the games in which no token was accepted: a
+    refereed match over before this seat's turn. Nothing the seat did earned what such a
+    row was paid, so it leaves the update whole (possibly every row)."""
+    kept = rollout.mask.sum(dim=1) > 0
+    if bool(kept.all()):
+        return rollout
+    return rollout_rows(rollout, kept.nonzero().flatten())
+
+
 def without_empty_turns(rollout: Rollout) -> Rollout:
     """``rollout`` minus its empty turns (no token accepted: in a refereed game, a row whose
     match was over or waited on the other player). What an empty turn was paid goes to the

@@ -123,8 +123,9 @@ def tiny_config(model_dir, run_dir, algorithm="cory", **overrides):
             "learning_rate": 1e-3,
         },
     }
-    if algorithm == "reinforce":  # one pass per rollout: it has no epochs setting
-        del values["learner"]["ppo_epochs"]
+    seats = overrides.get("learners") or {}
+    if algorithm == "reinforce" or (seats and set(seats.values()) <= {"reinforce", *seats}):
+        del values["learner"]["ppo_epochs"]  # one pass per rollout: it has no epochs setting
     learner = {**values["learner"], **overrides.pop("learner", {})}  # settings add up
     values.update(overrides, learner=learner)
     from cory_rl.train.config.resolve import build_config

@@ -147,20 +147,31 @@ def test_self_play_with_one_shared_policy_trains(tiny_model_dir, tmp_path):
         assert 0 <= figures["valid_move_rate"] <= 1
 
 
-def test_group_learners_refuse_games_with_empty_turns(tiny_model_dir, tmp_path):
-    config = tiny_config(
-        tiny_model_dir,
-        tmp_path,
-        task="textarena",
-        learners={"llm_0": "grpo", "llm_1": "grpo"},
-        lam=0.0,
-        rounds=3,
-        group_size=2,
-        max_new_tokens=2,
-        iterations=1,
-    )
-    with pytest.raises(SettingError, match="train it with ppo or reinforce"):
-        run_training(config)
+@pytest.mark.parametrize("learner", ["ppo", "reinforce", "elastic_reset", "rloo", "grpo"])
+def test_every_learner_takes_a_seat_whose_match_can_end_before_its_turn(
+    learner, tiny_model_dir, tmp_path
+):
+    """A match over before a seat's turn leaves that seat's answer empty: the learner leaves
+    the row out of its update (or, grouped, weighs it zero), whatever the rounds."""
+    for rounds in (1, 3):
+        config = tiny_config(
+            tiny_model_dir,
+            tmp_path / f"rounds_{rounds}",
+            task="textarena",
+            learners={"llm_0": learner, "llm_1": learner},
+            lam=0.0,
+            rounds=rounds,
+            group_size=2 if learner in ("rloo", "grpo") else 1,
+            max_new_tokens=2,
+            iterations=2,
+        )
+        run = run_training(config)
+        rows = [r for r in read_jsonl(run.path / "metrics.jsonl") if "time/iteration_s" in r]
+        assert len(rows) == 2
+        losses = [v for r in rows for k, v in r.items() if k.endswith("loss") or "/loss_" in k]
+        assert all(math.isfinite(v) for v in losses)
+        if rounds == 1:  # the first seat's invalid moves ended matches before the second's
+            assert rows[0]["game/valid_move_rate"] < 1
 
 
 @pytest.mark.parametrize(

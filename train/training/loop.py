@@ -66,6 +66,9 @@ def learn(learners: dict[str, Learner]) -> dict[str, dict[str, float]]:
     """Every learner's update, once each; a learner's statistics under each seat it plays."""
     stats = {}
     for owner, seats in seats_of(learners).items():
+        if not learners[owner].has_experience():  # every turn empty: nothing to learn
+            stats.update(dict.fromkeys(seats, {}))
+            continue
         learned = learners[owner].learn()
         stats.update(dict.fromkeys(seats, learned))
     return {agent: stats[agent] for agent in learners}
