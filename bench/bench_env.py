@@ -13,29 +13,24 @@ values recorded, exactly as in training). It measures, with
 
 and prints both env costs as fractions of the model's generation time (target < 5% each).
 
-    python bench/bench_env.py [--batch-size 64] [--new-tokens 16] [--seed 0] [--threads N]
+    python -m bench.bench_env [--batch-size 64] [--new-tokens 16] [--seed 0] [--threads N]
         [--model embedded] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 import cory_env
+from bench import smoke
 from cory_rl.agents.policy import build_policies, lm_forward
 from cory_rl.agents.ppo import PPOAgent, PPOConfig
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
-
-from bench import smoke
 
 TARGET = 0.05
 SMOKE = {"model": None, "batch_size": 2, "new_tokens": 3}

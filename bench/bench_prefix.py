@@ -14,7 +14,7 @@ places sharing acts), and their ratios, measured in this one run. It also prints
 largest relative difference of the first iteration's update statistics between the two
 settings: the same computation up to float rounding.
 
-    python bench/bench_prefix.py [--algorithm cory|ppo] [--iterations 3] [--repeats 1]
+    python -m bench.bench_prefix [--algorithm cory|ppo] [--iterations 3] [--repeats 1]
         [--batch_size 32] [--shots 4] [--model embedded] [--threads N] [--smoke]
 """
 
@@ -22,15 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
 
 from bench import smoke
 from bench.provenance import code_version

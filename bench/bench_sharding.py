@@ -16,7 +16,7 @@ everything on every process). Each process records:
 
 It prints both runs per process and their ratios, measured in this one run.
 
-    python bench/bench_sharding.py [--algorithm cory] [--lora] [--processes 2]
+    python -m bench.bench_sharding [--algorithm cory] [--lora] [--processes 2]
         [--iterations 3] [--batch_size 8] [--model embedded] [--device cpu|cuda] [--out FILE]
         [--smoke]
 """
@@ -42,6 +42,8 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
 
+from bench import smoke
+from bench.provenance import ROOT, commit
 from cory_rl.agents.sharding import is_sharded
 from cory_rl.train.config import allocator
 from cory_rl.train.config.resolve import build_config
@@ -50,11 +52,6 @@ from cory_rl.train.core.callbacks import Callback
 from cory_rl.train.core.distributed import Processes
 from cory_rl.train.core.memory import reset_rss_peak, rss_peak_mb
 from cory_rl.train.training.loop import train
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
-
-from bench import smoke
-from bench.provenance import ROOT, commit
 
 SMOKE = {"model": None, "iterations": 2, "batch_size": 2}
 """``--smoke``: both launches of 2 processes, 2 iterations (the first a warm-up) of the tiny
@@ -290,7 +287,8 @@ def launch(args: argparse.Namespace, mode: str, figures: Path, run_dir: Path) ->
         str(args.processes),
         "--main_process_port",
         str(free_port()),
-        __file__,
+        "--module",
+        "bench.bench_sharding",
         "--worker",
         mode,
         "--figures",

@@ -6,7 +6,7 @@ run's ``memory/peak_mb`` at its first and last update in the order the runs trai
 leak shows as peaks that climb by about one run's optimiser state each time; without one
 they stay at the largest run so far (mimalloc keeps freed memory resident for reuse).
 
-    python bench/bench_sweep_memory.py [--algorithms ppo] [--seeds 0 1 2] [--json OUT] [--smoke]
+    python -m bench.bench_sweep_memory [--algorithms ppo] [--seeds 0 1 2] [--json OUT] [--smoke]
 
 ``--smoke`` sweeps two seeds of two updates of 4 games each on the tiny model.
 """
@@ -20,8 +20,6 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
 
 from bench import smoke
 from bench.provenance import commit

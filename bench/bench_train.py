@@ -43,12 +43,12 @@ prompts of the last iteration, sampling with the same temperature, top-k/p and
 repetition penalty, ``min_new_tokens = max_new_tokens`` so that no row stops early).
 The arithmetic floor is the iteration's FLOPs divided by the measured matmul peak.
 
-    python bench/bench_train.py [--algorithm cory|ppo|both] [--lora] [--iterations 2]
+    python -m bench.bench_train [--algorithm cory|ppo|both] [--lora] [--iterations 2]
         [--batch_size 32] [--new_tokens 15] [--epochs 4] [--threads N]
         [--device cpu|cuda|auto] [--model embedded] [--calibrate]
         [--allocator auto|mimalloc|system]
         [--smoke]
-    python bench/bench_train.py --device cuda --model gpt2-large --batch_size 128 \
+    python -m bench.bench_train --device cuda --model gpt2-large --batch_size 128 \
         --gradient_accumulation_steps 8      # the paper's IMDB setting, on a GPU
 
 ``both`` runs each algorithm in its own process, so that each one's peak memory is its own.
@@ -70,16 +70,6 @@ from typing import Any
 import torch
 
 import cory_rl.train.training.loop as loop
-from cory_rl.agents.llm import LLMLearner
-from cory_rl.agents.rollout import Turn
-from cory_rl.train.config import allocator
-from cory_rl.train.config.resolve import build_config
-from cory_rl.train.config.train_config import TrainConfig
-from cory_rl.train.core.build import build_game_and_learners
-from cory_rl.train.core.memory import rss_peak_mb
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
-
 from bench import smoke
 from bench.measure import (
     LoopTimer,
@@ -94,6 +84,13 @@ from bench.measure import (
     sync,
 )
 from bench.provenance import code_version
+from cory_rl.agents.llm import LLMLearner
+from cory_rl.agents.rollout import Turn
+from cory_rl.train.config import allocator
+from cory_rl.train.config.resolve import build_config
+from cory_rl.train.config.train_config import TrainConfig
+from cory_rl.train.core.build import build_game_and_learners
+from cory_rl.train.core.memory import rss_peak_mb
 
 SMOKE = {
     "model": None,
@@ -336,7 +333,7 @@ def _child_argv(argv: list[str], algorithm: str) -> list[str]:
             skip = True
         elif not token.startswith("--algorithm="):
             out.append(token)
-    return [sys.executable, str(Path(__file__).resolve()), *out, "--algorithm", algorithm]
+    return [sys.executable, "-m", "bench.bench_train", *out, "--algorithm", algorithm]
 
 
 def run_both(argv: list[str]) -> None:

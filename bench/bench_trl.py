@@ -8,7 +8,7 @@ clipping, loss reduction) and what cannot be, and why: docs/bench-trl.md. It pri
 sides' figures and their ratios, measured in this one run, and a MISMATCH line for every
 count or prompt list that differs.
 
-    python bench/bench_trl.py [--learners grpo rloo] [--steps 4] [--prompts 8]
+    python -m bench.bench_trl [--learners grpo rloo] [--steps 4] [--prompts 8]
         [--group_size 4] [--new_tokens 15] [--epochs 1] [--learning_rate 1e-6]
         [--beta B] [--mini_batch_size N] [--gradient_accumulation_steps 1]
         [--max_grad_norm 1.0] [--activation_checkpointing] [--threads N]
@@ -35,16 +35,13 @@ from typing import Any
 
 import torch
 
+from bench import smoke
+from bench.provenance import code_version
 from cory_env import load_causal_lm, load_tokenizer
 from cory_env.query import Query
 from cory_env.rewards import VaderSentimentReward
 from cory_rl.train.config import allocator
 from cory_rl.train.core.callbacks import Callback
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
-
-from bench import smoke
-from bench.provenance import code_version
 
 LEARNERS = ("grpo", "rloo")
 TRL_BETA = {"grpo": 0.0, "rloo": 0.05}
@@ -475,7 +472,8 @@ def run_child(
     log = workdir / f"{side}-{learner}.log"
     command = [
         sys.executable,
-        str(Path(__file__).resolve()),
+        "-m",
+        "bench.bench_trl",
         *argv,
         "--child",
         side,

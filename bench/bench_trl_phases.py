@@ -18,7 +18,7 @@ needs to be under it wherever TRL's step is less than twice the floor.
 
 Usage::
 
-    python bench/bench_trl_phases.py [--learners grpo rloo] [--new_tokens 64] [--steps 4]
+    python -m bench.bench_trl_phases [--learners grpo rloo] [--new_tokens 64] [--steps 4]
 
 It takes ``bench_trl.py``'s arguments, ``--smoke`` included.
 """
@@ -38,17 +38,14 @@ import torch
 import transformers
 import trl
 
+from bench import bench_trl, smoke
+from bench.measure import LoopTimer, Recorder, instrument, matmul_peak, matmul_shapes, mean_phases
+from bench.provenance import code_version
 from cory_env import load_causal_lm
 from cory_rl.train.config import allocator
 from cory_rl.train.config.resolve import build_config
 from cory_rl.train.core.build import build_game_and_learners
 from cory_rl.train.training.loop import train
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # python bench/X.py: the package
-
-from bench import bench_trl, smoke
-from bench.measure import LoopTimer, Recorder, instrument, matmul_peak, matmul_shapes, mean_phases
-from bench.provenance import code_version
 
 PHASES = ("generation", "reference / old forward", "forward", "backward", "optimiser", "other")
 
@@ -174,7 +171,8 @@ def child(side: str, argv: list[str], learner: str, prompts_file: str | None) ->
 def run_side(side: str, argv: list[str], learner: str, prompts_file: str | None = None) -> dict:
     command = [
         sys.executable,
-        __file__,
+        "-m",
+        "bench.bench_trl_phases",
         "--side",
         side,
         "--learner_of_side",

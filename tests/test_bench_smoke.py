@@ -61,7 +61,7 @@ def test_smoke_mode_runs_and_prints_its_result(script):
     if package is not None and importlib.util.find_spec(package) is None:
         pytest.skip(f"bench/{script} needs {package}, which is not installed")
     done = subprocess.run(
-        [sys.executable, f"bench/{script}", "--smoke"],
+        [sys.executable, "-m", f"bench.{script.removesuffix('.py')}", "--smoke"],
         cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         capture_output=True,
@@ -77,3 +77,15 @@ def test_smoke_mode_runs_and_prints_its_result(script):
 def test_every_script_is_named():
     """RESULT names no script that is gone."""
     assert sorted(RESULT) == SCRIPTS
+
+
+def test_scripts_run_as_modules_without_path_edits():
+    """``python -m bench.X`` finds the package ``bench``: no script puts the checkout on
+    ``sys.path``, and the README, docs and CI name the module form."""
+    for path in (ROOT / "bench").glob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        assert "sys.path.insert(0" not in source, f"bench/{path.name} edits sys.path"
+    pages = [ROOT / "README.md", ROOT / ".ci" / "run", *(ROOT / "docs").glob("*.md")]
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        assert not re.search(r"python3? bench/", text), f"{page.name}: python -m bench.X"

@@ -60,7 +60,7 @@ TRAININGS = {
 
 def check(tmp_path: Path, *flags: str) -> dict:
     done = subprocess.run(
-        [sys.executable, "bench/gpu_check.py", *flags, "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench.gpu_check", *flags, "--out", str(tmp_path)],
         cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         capture_output=True,
