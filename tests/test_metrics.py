@@ -317,3 +317,26 @@ def test_hedges_g_by_hand():
     assert out["ci"] == pytest.approx([g - z * se, g + z * se])
     assert inference.hedges_g([1.0, 1.0], [1.0, 1.0]) is None
     assert inference.hedges_g([1.0], [1.0, 2.0]) is None
+
+
+def test_the_detectable_difference_is_found_with_the_power_asked():
+    """At the returned difference, Welch's test rejects in about 80% of simulated
+    experiments with those variances (many seeds, so that Welch's df hardly varies)."""
+    from scipy import stats as st
+
+    from cory_rl.train.evaluation import inference
+
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(0, 0.05, 20), rng.normal(0, 0.03, 20)
+    delta = inference.detectable_difference(a, b)
+    sa, sb = np.std(a, ddof=1), np.std(b, ddof=1)
+    trials = 4000
+    x = rng.normal(delta, sa, (trials, 20))
+    y = rng.normal(0.0, sb, (trials, 20))
+    rejected = st.ttest_ind(x, y, axis=1, equal_var=False).pvalue < 0.05
+    assert abs(rejected.mean() - 0.8) < 0.025
+    # Fewer seeds, a larger detectable difference; one seed or no spread: none.
+    assert inference.detectable_difference(a[:2], b[:2]) > delta
+    assert inference.detectable_difference([0.5], b) is None
+    assert inference.detectable_difference([0.5, 0.5], [0.2, 0.2]) is None
+    assert inference.welch_test(a, b)["detectable"] == pytest.approx(delta)

@@ -206,6 +206,7 @@ def matched_rows(arms: list[Arm], kls: list[float], baseline: str) -> list[dict[
                     "welch_ci_low": welch["ci"][0] if welch else None,
                     "welch_ci_high": welch["ci"][1] if welch else None,
                     "welch_p": welch["p"] if welch else None,
+                    "detectable": welch["detectable"] if welch else None,
                 }
             )
     for algorithm in by_seed:

@@ -193,6 +193,7 @@ def matched_kl_rows(
                     "welch_ci_low": welch["ci"][0] if welch else None,
                     "welch_ci_high": welch["ci"][1] if welch else None,
                     "welch_p": welch["p"] if welch else None,
+                    "detectable": welch["detectable"] if welch else None,
                     "hedges_g": effect["g"] if effect else None,
                     "g_ci_low": effect["ci"][0] if effect else None,
                     "g_ci_high": effect["ci"][1] if effect else None,

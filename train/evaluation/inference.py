@@ -12,6 +12,10 @@ and a value read off a trajectory at a matched x. Pure functions, each checked b
 * **Welch test**: ``mean(a) - mean(b)`` of two independent samples, its t interval and
   two-sided p-value with the Welch-Satterthwaite degrees of freedom
   ``(va/na + vb/nb)^2 / ((va/na)^2/(na-1) + (vb/nb)^2/(nb-1))``.
+* **detectable difference**: the smallest |mean(a) - mean(b)| that Welch's test at level
+  ``alpha`` (two-sided) finds with probability ``power``, were the samples' variances the
+  true ones: the noncentral t with the Welch-Satterthwaite degrees of freedom. What a
+  comparison could have seen, beside what it saw.
 * **paired test**: the one-sample t-test of the differences ``a_i - b_i`` (same seeds or
   same queries), ``n - 1`` degrees of freedom. In both tests, when no sample varies the
   difference is certain: p = 0 and interval ``[diff, diff]`` if it is not 0, else p = 1
@@ -134,7 +138,48 @@ def welch_test(a: Sequence[float], b: Sequence[float], confidence: float = 0.95)
     else:
         df = (sa + sb) ** 2 / (sa**2 / (x.size - 1) + sb**2 / (y.size - 1))
     ci, p = _t_test(diff, math.sqrt(sa + sb), df, confidence)
-    return {"diff": diff, "ci": ci, "p": p, "df": df, "n_a": int(x.size), "n_b": int(y.size)}
+    detectable = detectable_difference(x, y, alpha=1 - confidence)
+    return {
+        "diff": diff,
+        "ci": ci,
+        "p": p,
+        "df": df,
+        "n_a": int(x.size),
+        "n_b": int(y.size),
+        "detectable": detectable,
+    }
+
+
+def detectable_difference(
+    a: Sequence[float], b: Sequence[float], power: float = 0.8, alpha: float = 0.05
+) -> float | None:
+    """The smallest |mean(a) - mean(b)| that Welch's test at ``alpha`` (two-sided) detects
+    with probability ``power``, taking the samples' variances as the true ones. None when
+    either sample has fewer than 2 values or neither varies (then any difference is
+    certain)."""
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size < 2 or y.size < 2:
+        return None
+    (_, va), (_, vb) = _mean_var(x), _mean_var(y)
+    sa, sb = va / x.size, vb / y.size
+    if sa + sb == 0.0:
+        return None
+    se = math.sqrt(sa + sb)
+    df = (sa + sb) ** 2 / (sa**2 / (x.size - 1) + sb**2 / (y.size - 1))
+    critical = float(stats.t.ppf(1 - alpha / 2, df))
+
+    def shortfall(delta: float) -> float:
+        shift = delta / se
+        # The far tail's cdf comes out NaN for large shifts, where it is ~0.
+        far = float(np.nan_to_num(stats.nct.cdf(-critical, df, shift), nan=0.0))
+        return float(stats.nct.sf(critical, df, shift)) + far - power
+
+    high = se
+    while shortfall(high) < 0:
+        high *= 2
+    from scipy.optimize import brentq
+
+    return float(brentq(shortfall, 0.0, high, xtol=1e-9 * se))
 
 
 def holm(p_values: Sequence[float | None]) -> list[float | None]:
