@@ -298,9 +298,7 @@ def make_imdb_task(
         max_new_tokens=max_new_tokens,
         context_length=context_length,
         metadata={
-            "source": "packaged openings (written for this project)"
-            if dataset is None
-            else dataset,
+            "source": "packaged openings" if dataset is None else dataset,
             "split": split,
             "reward": reward if isinstance(reward, str) else callable_name(reward),
             "query_tokens": (min_query_tokens, max_query_tokens),
