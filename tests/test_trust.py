@@ -297,3 +297,82 @@ def test_fsdp2_in_one_plain_process_says_it_shards_nothing(tiny_model_dir, tmp_p
     config = tiny_config(tiny_model_dir, tmp_path / "run", sharding="none")
     assert make_sharding(config, make_accelerator(config)) is None
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["/no/such", "--like", "/no/such"], "argument saved: /no/such: no such folder"),
+        (["SAVED", "--like", "/no/such"], "argument --like: /no/such: no such folder"),
+        (["SAVED", "--like", "A_FILE"], "argument --like: A_FILE is a file, not a folder"),
+        (["SAVED", "--like", "RUN", "--out", "A_FILE/x"], "--out: A_FILE/x: A_FILE is a file"),
+    ],
+)
+def test_eval_saved_with_a_wrong_path_is_one_line(ppo_run, tmp_path, capsys, flags, message):
+    from cory_rl.train.commands import eval_saved
+
+    (tmp_path / "saved").mkdir()
+    (tmp_path / "file").write_text("keep me")
+    names = {"SAVED": str(tmp_path / "saved"), "A_FILE": str(tmp_path / "file")}
+    names["RUN"] = str(ppo_run)
+    argv = [names.get(f, f).replace("A_FILE", names["A_FILE"]) for f in flags]
+    if "--out" not in argv:
+        argv += ["--out", str(tmp_path / "out")]
+    with pytest.raises(SystemExit):
+        eval_saved.main([*argv, "--seed", "0"])
+    assert message.replace("A_FILE", names["A_FILE"]) in one_line_error(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_folder_to_write_under_a_file_is_one_line(ppo_run, tmp_path, capsys):
+    under = str(tmp_path / "file" / "out")
+    (tmp_path / "file").write_text("keep me")
+    for command, argv in [
+        (compare_script.main, [str(ppo_run), "--out", under]),
+        (evaluate.main, [str(ppo_run), "--out", under]),
+        (export.main, [str(ppo_run), under]),
+        (sweep.main, ["--algorithms", "ppo", "--out", under]),
+    ]:
+        with pytest.raises(SystemExit):
+            command(argv)
+        assert f"{under}: {tmp_path / 'file'} is a file, not a folder" in one_line_error(capsys)
+
+
+def test_a_run_folder_under_a_file_is_refused_before_any_model_loads(
+    tiny_model_dir, tmp_path, no_model_load
+):
+    (tmp_path / "file").write_text("keep me")
+    with pytest.raises(SystemExit) as exit_:
+        run.main("ppo", ["--model", tiny_model_dir, "--run_dir", str(tmp_path / "file" / "run")])
+    assert f"{tmp_path / 'file'} is a file, not a folder; pick another path" in str(exit_.value)
+
+
+def test_a_file_of_a_run_that_cannot_be_read_is_one_line(ppo_run, tmp_path, capsys):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(ppo_run, broken)
+    (broken / "metrics.jsonl").unlink()
+    (broken / "metrics.jsonl").mkdir()  # a folder where the file should be: unreadable
+    for command in (plots.main, compare_script.main):
+        with pytest.raises(SystemExit):
+            command([str(broken)])
+        assert f"{broken / 'metrics.jsonl'}: is a directory" in one_line_error(capsys)
+
+
+def test_only_a_path_s_error_is_made_one_line():
+    from cory_rl.train.commands.parser import path_errors_in_one_line
+
+    @path_errors_in_one_line
+    def reads(path):
+        return open(path)
+
+    with pytest.raises(SystemExit):
+        reads("/no/such/file")
+
+    @path_errors_in_one_line
+    def fails():
+        raise OSError("the library's own failure")
+
+    with pytest.raises(OSError, match="the library's own failure"):
+        fails()

@@ -11,13 +11,20 @@ from __future__ import annotations
 from pathlib import Path
 
 from cory_rl.train.analysis.compare_runs import compare
-from cory_rl.train.commands.parser import ArgumentParser, number_at_least, summary
+from cory_rl.train.commands.parser import (
+    ArgumentParser,
+    number_at_least,
+    output_folder,
+    path_errors_in_one_line,
+    summary,
+)
 
 
+@path_errors_in_one_line
 def main(argv: list[str] | None = None) -> list[Path]:
     parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("runs", nargs="+", type=Path, help="run folders or sweep folders")
-    parser.add_argument("--out", type=Path, help="folder for the PNG and CSV files")
+    parser.add_argument("--out", type=output_folder, help="folder for the PNG and CSV files")
     parser.add_argument(
         "--point", default="pioneer", help="a run's frontier point: a role (pioneer...) or all"
     )

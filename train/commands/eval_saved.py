@@ -26,7 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from cory_env.checks import SettingError
-from cory_rl.train.commands.parser import ArgumentParser, summary
+from cory_rl.train.commands.parser import (
+    ArgumentParser,
+    existing_folder,
+    output_folder,
+    path_errors_in_one_line,
+    summary,
+)
 from cory_rl.train.config.files import write_text
 from cory_rl.train.core.results import save_results
 from cory_rl.train.core.run_folder import EVALS_DIR, eval_stem, load_run_config
@@ -125,18 +131,23 @@ def _headline(row: dict[str, Any]) -> str:
     return f"held-out reward {reward:.3f}, KL {kl:.3f} (all roles)" if reward is not None else ""
 
 
+@path_errors_in_one_line
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = ArgumentParser(description=summary(__doc__))
-    parser.add_argument("saved", type=Path, help="folder of updates_<n>/llm_<i> model folders")
+    parser.add_argument(
+        "saved", type=existing_folder, help="folder of updates_<n>/llm_<i> model folders"
+    )
     parser.add_argument(
         "--like",
-        type=Path,
+        type=existing_folder,
         required=True,
         help="a run folder of ours whose game and held-out set to use",
     )
     parser.add_argument("--seed", type=int, required=True, help="the seed the saved run used")
-    parser.add_argument("--out", type=Path, required=True, help="the run-like folder to write")
-    parser.add_argument("--results", type=Path, help="also its compact results, to commit")
+    parser.add_argument(
+        "--out", type=output_folder, required=True, help="the run-like folder to write"
+    )
+    parser.add_argument("--results", type=output_folder, help="also its compact results, to commit")
     parser.add_argument(
         "--updates",
         type=int,

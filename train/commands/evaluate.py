@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from cory_env.checks import SettingError
-from cory_rl.train.commands.parser import ArgumentParser, summary
+from cory_rl.train.commands.parser import (
+    ArgumentParser,
+    output_folder,
+    path_errors_in_one_line,
+    summary,
+)
 from cory_rl.train.commands.train_flags import flag_value
 from cory_rl.train.config.algorithms import ALGORITHMS
 from cory_rl.train.config.resolve import build_config
@@ -34,6 +39,7 @@ from cory_rl.train.evaluation import report
 from cory_rl.train.evaluation.evaluator import build_result, evaluate, write_eval
 
 
+@path_errors_in_one_line
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("runs", nargs="*", type=Path, help="run folders to evaluate")
@@ -63,7 +69,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"))
     parser.add_argument("--show", type=int, default=3, help="sample exchanges kept per role")
     parser.add_argument("--no_reference", action="store_true", help="skip the base-model rows")
-    parser.add_argument("--out", type=Path, help="without a run: folder for eval.json/eval.md")
+    parser.add_argument(
+        "--out", type=output_folder, help="without a run: folder for eval.json/eval.md"
+    )
     parser.add_argument(
         "--seats",
         type=flag_value,

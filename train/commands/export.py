@@ -6,15 +6,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cory_rl.train.commands.parser import ArgumentParser, summary
+from cory_rl.train.commands.parser import (
+    ArgumentParser,
+    output_folder,
+    path_errors_in_one_line,
+    summary,
+)
 from cory_rl.train.core.errors import USER_ERRORS, one_line
 from cory_rl.train.publish.export import export_run
 
 
+@path_errors_in_one_line
 def main(argv: list[str] | None = None) -> dict[str, Path]:
     parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("run_dir", type=Path, help="a run folder with a checkpoint")
-    parser.add_argument("out_dir", type=Path, help="a new folder for the exported agents")
+    parser.add_argument("out_dir", type=output_folder, help="a new folder for the exported agents")
     parser.add_argument("--merge", action="store_true", help="LoRA: merge adapters into weights")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace the agents' folders in a used OUT_DIR"

@@ -12,9 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from cory_rl.train.analysis.frontier_report import report
-from cory_rl.train.commands.parser import ArgumentParser, number_at_least, summary
+from cory_rl.train.commands.parser import (
+    ArgumentParser,
+    number_at_least,
+    output_folder,
+    path_errors_in_one_line,
+    summary,
+)
 
 
+@path_errors_in_one_line
 def main(argv: list[str] | None = None) -> list[Path]:
     parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("runs", nargs="+", type=Path, help="run folders, results or sweep folders")
@@ -23,7 +30,7 @@ def main(argv: list[str] | None = None) -> list[Path]:
     )
     parser.add_argument(
         "--out",
-        type=Path,
+        type=output_folder,
         help="folder for the tables and figure (default: frontier/ beside the first folder)",
     )
     parser.add_argument(

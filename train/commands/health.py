@@ -5,15 +5,21 @@ approx_kl and clipfrac and the share of updates outside the band
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from cory_rl.train.commands.parser import ArgumentParser, summary
+from cory_rl.train.commands.parser import (
+    ArgumentParser,
+    existing_folder,
+    path_errors_in_one_line,
+    summary,
+)
 from cory_rl.train.core.health import Band, health_table
 
 
+@path_errors_in_one_line
 def main(argv: list[str] | None = None) -> str:
     parser = ArgumentParser(description=summary(__doc__))
-    parser.add_argument("paths", nargs="+", type=Path, help="run folders or folders of runs")
+    parser.add_argument(
+        "paths", nargs="+", type=existing_folder, help="run folders or folders of runs"
+    )
     parser.add_argument(
         "--approx_kl",
         type=float,
@@ -27,9 +33,6 @@ def main(argv: list[str] | None = None) -> str:
         help=f"an update above this clipfrac is outside the band (default {Band.clipfrac})",
     )
     args = parser.parse_args(argv)
-    missing = [str(p) for p in args.paths if not p.exists()]
-    if missing:
-        parser.error(f"no such folder: {', '.join(missing)}")
     table = health_table(args.paths, Band(args.approx_kl, args.clipfrac))
     print(table)
     return table

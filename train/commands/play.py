@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from cory_env.query import Query
-from cory_rl.train.commands.parser import ArgumentParser, non_empty_text, number_at_least, summary
+from cory_rl.train.commands.parser import (
+    ArgumentParser,
+    non_empty_text,
+    number_at_least,
+    path_errors_in_one_line,
+    summary,
+)
 from cory_rl.train.config.resolve import build_config
 from cory_rl.train.core.build import build_game_and_learners
 from cory_rl.train.core.errors import USER_ERRORS, one_line
@@ -103,6 +109,7 @@ def show(sample: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+@path_errors_in_one_line
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("run_dir", type=Path, nargs="?", help="a run folder with a checkpoint")

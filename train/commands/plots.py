@@ -6,9 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from cory_rl.train.analysis.run_plots import plot_run
-from cory_rl.train.commands.parser import ArgumentParser, summary
+from cory_rl.train.commands.parser import ArgumentParser, path_errors_in_one_line, summary
 
 
+@path_errors_in_one_line
 def main(argv: list[str] | None = None) -> list[Path]:
     parser = ArgumentParser(description=summary(__doc__))
     parser.add_argument("runs", nargs="+", type=Path, help="run folders")

@@ -38,7 +38,13 @@ import yaml
 
 from cory_env.checks import SettingError
 from cory_env.core import GAME_SETTINGS
-from cory_rl.train.commands.parser import ArgumentParser, number_at_least, summary
+from cory_rl.train.commands.parser import (
+    ArgumentParser,
+    number_at_least,
+    output_folder,
+    path_errors_in_one_line,
+    summary,
+)
 from cory_rl.train.commands.train_flags import parse_args
 from cory_rl.train.config import allocator
 from cory_rl.train.config.algorithms import ALGORITHMS
@@ -437,6 +443,7 @@ def print_status(
     return states
 
 
+@path_errors_in_one_line
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser = ArgumentParser(
         description=summary(__doc__),
@@ -455,7 +462,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         'cory: {learning_rate: 3e-5}}" (each arm at its own tuned rate)',
     )
     parser.add_argument("--preset", choices=sorted(PRESETS))
-    parser.add_argument("--out", type=Path, help="sweep folder (default runs/sweep-<time>)")
+    parser.add_argument(
+        "--out", type=output_folder, help="sweep folder (default runs/sweep-<time>)"
+    )
     parser.add_argument(
         "--evaluate",
         action="store_true",
@@ -464,7 +473,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     )
     parser.add_argument(
         "--results",
-        type=Path,
+        type=output_folder,
         help="write each finished run's compact results into RESULTS/<run name> (to commit); "
         "a point whose results are there is done, even where its run folder is not",
     )

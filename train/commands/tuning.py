@@ -4,16 +4,22 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from cory_rl.train.analysis.tuning import Pilot, pick, read_pilot, table
-from cory_rl.train.commands.parser import ArgumentParser, summary
+from cory_rl.train.commands.parser import (
+    ArgumentParser,
+    existing_folder,
+    path_errors_in_one_line,
+    summary,
+)
 from cory_rl.train.core.health import Band
 
 
+@path_errors_in_one_line
 def main(argv: list[str] | None = None) -> dict[str, Pilot | None]:
     parser = ArgumentParser(description=summary(__doc__))
-    parser.add_argument("pilots", type=Path, help="a folder of pilot runs (or their results)")
+    parser.add_argument(
+        "pilots", type=existing_folder, help="a folder of pilot runs (or their results)"
+    )
     parser.add_argument("--setting", required=True, help="the setting the pilots vary")
     parser.add_argument("--by", default="pioneer/score", help="the training number to rank by")
     parser.add_argument("--last", type=int, default=10, help="iterations averaged, from the end")

@@ -14,6 +14,8 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     FileNotFoundError,
     FileExistsError,
     NotADirectoryError,
+    IsADirectoryError,  # a folder where a file of the user's should be
+    PermissionError,  # a path of the user's that this user cannot read or write
 )
 
 

@@ -258,6 +258,13 @@ def check_run_path(run_path: Path, resume: bool) -> bool:
     run_path = Path(run_path)
     if run_path.exists() and not run_path.is_dir():
         raise NotADirectoryError(f"run_dir {run_path} is a file, not a folder; pick another path")
+    there = next(p for p in run_path.parents if p.exists())  # '.' or '/' at last
+    if not there.is_dir():
+        raise NotADirectoryError(
+            f"run_dir {run_path}: {there} is a file, not a folder; pick another path"
+        )
+    if not os.access(there, os.W_OK | os.X_OK) and not run_path.exists():
+        raise PermissionError(f"run_dir {run_path}: this user cannot write in {there}")
     if resume:
         if not run_path.is_dir():
             raise FileNotFoundError(f"--resume {run_path}: no such run folder")
