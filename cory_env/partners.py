@@ -51,7 +51,15 @@ class ModelPartner:
         if self.do_sample and self._generator_seed is not None:
             torch.manual_seed(self._generator_seed)
             self._generator_seed += 1  # the next answer differs, the sequence is fixed
-        encoded = self.tokenizer(prompt, return_tensors="pt").to(self.model.device)
+        encoded = self.tokenizer(prompt, return_tensors="pt")
+        if encoded["input_ids"].shape[1] == 0:  # an empty prompt: start from BOS (else EOS)
+            start = self.tokenizer.bos_token_id
+            start = self.tokenizer.eos_token_id if start is None else start
+            encoded = {
+                "input_ids": torch.tensor([[start]]),
+                "attention_mask": torch.ones(1, 1, dtype=torch.long),
+            }
+        encoded = {k: v.to(self.model.device) for k, v in encoded.items()}
         sampling = {"temperature": self.temperature, "top_k": 0} if self.do_sample else {}
         with torch.no_grad():
             out = self.model.generate(

@@ -10,6 +10,10 @@ the partner answer after it where the seat leads, and pays ``r_self + lam * r_ot
     python examples/trl_seat_grpo.py --smoke                 # one GRPO step, seconds to a minute
     python examples/trl_seat_grpo.py --steps 50 --out runs/trl-seat
     python examples/trl_seat_grpo.py --alternate 2 --out runs/trl-alt   # two policies in turn
+    python examples/trl_seat_grpo.py --partner runs/cory:llm_0 --model runs/cory:llm_1
+
+``--model`` and ``--partner`` take a model name or folder (``embedded``: the embedded default
+model) or ``RUN:llm_k``, an agent of a run of ``cory-train`` (exported into ``--out`` first).
 
 What TRL can do here: train one policy per trainer, against partners that stay fixed during
 the run; with role exchange on (the default), that one seat leads in half the prompts and
@@ -54,12 +58,31 @@ def grpo_config(args: argparse.Namespace, output_dir: Path) -> Any:
     )
 
 
+def resolve_model(spec: str, scratch: Path) -> str:
+    """A model name or folder as given; ``RUN:llm_k`` (a run folder of ``cory-train`` and a
+    seat) is that run's agent, exported into ``scratch`` first (as ``cory-export`` does)."""
+    run, sep, agent = spec.rpartition(":")
+    if not (sep and run and (Path(run) / "config.yaml").is_file()):
+        return spec
+    from cory_rl.train.publish.export import export_run
+
+    out = scratch / f"exported-{Path(run).resolve().name}"
+    if not (out / agent).is_dir():
+        exported = export_run(Path(run), out, overwrite=out.exists())
+        if agent not in exported:
+            raise SystemExit(f"run {run} has no agent {agent!r}; it has {sorted(exported)}")
+    return str(out / agent)
+
+
 def train_seat(args: argparse.Namespace, seat: str, policy: str, partner_spec: str, out: Path):
     """One TRL run: ``seat`` played by ``policy`` (a model name or folder), the other seat by
     ``partner_spec`` (a model, or ``fixed:TEXT``). Saves the trained model into ``out``."""
     from datasets import Dataset
     from trl import GRPOTrainer
 
+    policy = resolve_model(policy, args.out)
+    if not partner_spec.startswith("fixed:"):
+        partner_spec = resolve_model(partner_spec, args.out)
     tokenizer = copy.deepcopy(cory_env.load_tokenizer(policy))
     tokenizer.padding_side = "left"  # TRL generates from left-padded prompts
     partner = (
@@ -103,8 +126,14 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--task", default="imdb")
     parser.add_argument("--seat", default="llm_1", help="the seat TRL trains (not --alternate)")
-    parser.add_argument("--model", default="embedded", help="the policy to train: name/folder")
-    parser.add_argument("--partner", default="embedded", help="a model name/folder or fixed:TEXT")
+    parser.add_argument(
+        "--model", default="embedded", help="the policy to train: a name, folder or RUN:llm_k"
+    )
+    parser.add_argument(
+        "--partner",
+        default="embedded",
+        help="a name, folder, RUN:llm_k (a run's agent) or fixed:TEXT",
+    )
     parser.add_argument("--lam", type=float, default=1.0, help="1: CORY's collective reward")
     parser.add_argument("--reward", choices=["game", "score"], default="game")
     parser.add_argument("--role_exchange_period", type=int, default=1)

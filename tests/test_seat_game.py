@@ -75,6 +75,7 @@ def test_model_partner_from_a_folder(tiny_model_dir, tmp_path) -> None:
     partner = model_partner(tiny_model_dir, max_new_tokens=3)
     answer = partner("the movie")
     assert isinstance(answer, str) and partner("the movie") == answer  # greedy: cached
+    assert isinstance(partner(""), str)  # an empty prompt (a query of unknown words) too
     seat = SeatGame(game(partner.tokenizer), "llm_1", partner)
     first = seat.reset(seed=0, options={"episode": 0})
     query = first.info["query"]

@@ -99,3 +99,27 @@ def test_the_example_smoke_step_with_the_embedded_model(tmp_path) -> None:
     example = load_script(Path(__file__).resolve().parents[1] / "examples/trl_seat_grpo.py")
     (out,) = example.main(["--smoke", "--out", str(tmp_path / "seat")])
     assert (out / "config.json").is_file() and (out / "tokenizer_config.json").is_file()
+
+
+def test_the_example_trains_against_an_agent_of_a_run(tiny_model_dir, tmp_path) -> None:
+    """--partner RUN:llm_0: the run's agent is exported and answers inside the game."""
+    from pathlib import Path
+
+    from cory_rl.train.training.run import run_training
+    from tests.conftest import load_script, tiny_config
+
+    run_training(tiny_config(tiny_model_dir, tmp_path / "run", iterations=1))
+    example = load_script(Path(__file__).resolve().parents[1] / "examples/trl_seat_grpo.py")
+    partner = f"{tmp_path / 'run'}:llm_0"
+    args = [
+        "--smoke",
+        "--model",
+        tiny_model_dir,
+        "--partner",
+        partner,
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    (out,) = example.main(args)
+    assert (out / "exported-run" / "llm_0" / "config.json").is_file()
+    assert (out / "config.json").is_file()
