@@ -26,7 +26,8 @@ from cory_env.partners import fixed_partner, model_partner  # noqa: E402
 from cory_env.seat_game import SeatGame  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-SETTINGS = {"max_new_tokens": 6, "role_exchange_period": 1}
+SETTINGS = {"max_new_tokens": 6, "role_exchange_period": 1, "rounds": 2, "pay_every_round": True}
+"""Two rounds, each paid: a game is two answers of the seat, each step paid its round."""
 
 
 def free_port() -> int:
@@ -88,24 +89,26 @@ def local_seat(seat, partners, tiny_model_dir):
 @pytest.mark.parametrize("seat", ["llm_0", "llm_1"])
 def test_whole_games_through_the_client_match_the_local_game(server, seat, tiny_model_dir):
     other = "llm_1" if seat == "llm_0" else "llm_0"
-    answers = ["The answer is 5.", "I think 12", ""]
+    answers = [["The answer is 5.", "5"], ["I think 12", "The answer is 12."], ["", "no"]]
     with CoryTurnClient(base_url=server).sync() as env:
         for episode, partner in [(0, "fixed"), (1, "tiny"), (2, "fixed")]:
             result = env.reset(seat=seat, partners={other: partner}, seed=3, episode=episode)
             local = local_seat(seat, {other: partner}, tiny_model_dir)
             expected = local.reset(seed=3, options={"episode": episode})
-            assert result.observation.prompt == expected.prompt
             assert result.observation.roles == expected.info["roles"]
-            answer = answers[episode]
-            result = env.step(TurnAction(answer=answer, seat=seat))
-            expected = local.step(answer)
-            assert result.done and expected.done
-            assert result.reward == pytest.approx(expected.reward)
-            assert result.observation.responses == expected.info["responses"]
-            assert result.observation.scores == expected.info["scores"]
-            assert result.observation.rewards == expected.info["rewards"]
+            for answer in answers[episode]:  # the seat's answer in each round
+                assert not result.done
+                assert result.observation.prompt == expected.prompt
+                result = env.step(TurnAction(answer=answer, seat=seat))
+                expected = local.step(answer)
+                assert result.done == expected.done
+                assert result.reward == pytest.approx(expected.reward)  # this round's pay
+                assert result.observation.responses == expected.info["responses"]
+                assert result.observation.scores == expected.info["scores"]
+                assert result.observation.rewards == expected.info["rewards"]
+            assert result.done
         state = env.state()
-        assert state.seat == seat and state.done and state.turns_played == 2
+        assert state.seat == seat and state.done and state.turns_played == 4
 
 
 def test_bad_requests_get_clear_errors_and_the_server_serves_on(server):
@@ -121,6 +124,7 @@ def test_bad_requests_get_clear_errors_and_the_server_serves_on(server):
         env.reset(seat="llm_0", seed=0)
         with pytest.raises(RuntimeError, match="this session plays 'llm_0'"):
             env.step(TurnAction(answer="out of turn", seat="llm_1"))
+        assert not env.step("The answer is 5.").done
         assert env.step("The answer is 5.").done
         with pytest.raises(RuntimeError, match="the game is over"):
             env.step("one more")
