@@ -167,3 +167,18 @@ def test_batched_rows_take_their_own_answers(tiny_tokenizer) -> None:
     np.testing.assert_array_equal(game.rewards["llm_0"], [1, 0, 4])
     np.testing.assert_array_equal(game.rewards["llm_1"], [1, 2, 1])
     assert game.responses["llm_1"] == ["fun", "the movie", "bad"]
+
+
+def test_the_docs_game_played_token_by_token_and_answer_by_answer(capsys) -> None:
+    """docs/turn_level.md's first two ways run and pay both seats 2.0 each."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "turn_level.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, flags=re.S)[:2]
+    namespace: dict = {}
+    for block in blocks:
+        exec(block, namespace)
+    printed = capsys.readouterr().out.splitlines()
+    paid = [line for line in printed if line.startswith("llm_") and line.endswith(" 2.0")]
+    assert sorted(paid) == sorted(["llm_0 pioneer 2.0", "llm_1 observer 2.0"] * 2), printed
