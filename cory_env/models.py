@@ -76,6 +76,7 @@ def embedded_model_dir() -> Path:
         raise ImportError(
             f"converting the embedded model needs the gguf package: `{_INSTALL_HINT}`"
         )
+    import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     gguf = _gguf_path()
@@ -86,11 +87,15 @@ def embedded_model_dir() -> Path:
         flush=True,
     )
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    if hasattr(config, "quantization_config"):
-        delattr(config, "quantization_config")
-    model = AutoModelForCausalLM.from_config(config)
+    # from_config draws random weights (overwritten next) from torch's global generator: in
+    # a fork of it, so that a run that converts draws afterwards what a run from the cache
+    # draws (a newcomer's first run and the next one are the same run)
+    with torch.random.fork_rng(devices=[]):
+        quantised = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        config = AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        if hasattr(config, "quantization_config"):
+            delattr(config, "quantization_config")
+        model = AutoModelForCausalLM.from_config(config)
     model.load_state_dict(quantised.state_dict(), strict=False)
     model.tie_weights()
     ensure_pad_token(tokenizer)
