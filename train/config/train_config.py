@@ -45,8 +45,11 @@ class TrainConfig:
     ``gsm8k``, ``arith``, ``custom`` (your own data and reward, docs/tasks.md) or one a
     plugin registers (``cory_env.tasks``)."""
     task_settings: dict[str, Any] = field(default_factory=dict)
-    """Keyword settings of the task's factory, as a mapping, e.g. ``{reward: vader}``; each
-    task refuses those it does not take and names the ones it does."""
+    """Keyword settings of the task's factory, as a mapping, e.g. ``{reward: vader}``, or
+    ``{dataset: imdb-reviews, reward: imdb-classifier}`` for IMDB as the paper ran it,
+    offline (real reviews, a classifier trained on IMDB; imdb's quick default is openings
+    written for this project and VADER, a word list: docs/tasks.md); each task refuses
+    those it does not take and names the ones it does."""
     model: str = "embedded"
     """Hugging Face model id, local folder, or ``embedded`` (SmolLM2-135M-Instruct offline)."""
     models: dict[str, str] | None = None
@@ -197,6 +200,12 @@ class TrainConfig:
     @property
     def agents(self) -> list[str]:
         return [f"llm_{i}" for i in range(self.game.n_agents)]
+
+    @property
+    def picks_by_value(self) -> bool:
+        """Whether evaluation also scores the higher-valued of the seats' answers (the
+        setup's ``picks_by_value``: the MoE baseline)."""
+        return ALGORITHMS[self.algorithm].picks_by_value
 
     def seat_models(self) -> dict[str, str]:
         """The model of every seat."""
