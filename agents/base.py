@@ -19,7 +19,7 @@ each learner for ``turn_stats(game.observe(agent))``.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 
@@ -126,6 +126,27 @@ class Learner:
         """Take whole turns from a rollout engine (``takes_engine``)."""
         raise NotImplementedError(f"{type(self).__name__} takes no engine (takes_engine False)")
 
+    takes_sampling_noise: bool = False
+    """Whether :meth:`use_sampling_noise` draws with the uniforms it is given (evaluation's
+    common random numbers: base and trained models answer with the same draws)."""
+
+    def use_sampling_noise(self, noise: np.ndarray | None, role: int | None = None) -> None:
+        """Draw row b's t-th token with the uniform ``noise[b, t]`` (inverse CDF of the
+        distribution it samples from); None returns to the learner's own stream. With
+        ``role`` (given to a learner in several seats only), in that role's turns only. By
+        default ignored (``takes_sampling_noise`` False): the learner draws its own."""
+
+    exportable: bool = False
+    """Whether :meth:`export` writes the policy as a standard Hugging Face model (LLM
+    learners); evaluation calls an exportable learner's untrained policy the base model."""
+
+    def export(
+        self, path: Path, tokenizer: Any, merge: bool = False, info: dict | None = None
+    ) -> Path:
+        """Write the policy into the new folder ``path``; ``merge`` folds LoRA adapters in."""
+        name = type(self).__name__
+        raise NotImplementedError(f"{name} has no policy to export (exportable False)")
+
     def process_rng(self) -> dict[str, Any]:
         """This process's own random streams, saved per process by a checkpoint."""
         return {}
@@ -136,26 +157,6 @@ class Learner:
 
 REQUIRED_METHODS = ("act", "end_rollout", "learn", "save", "load", "turn_stats")
 """What a :class:`Learner` subclass must define."""
-
-
-@runtime_checkable
-class CommonNoise(Protocol):
-    """A learner that can sample with given uniforms (evaluation's common random numbers)."""
-
-    def use_sampling_noise(self, noise: np.ndarray | None, role: int | None = None) -> None:
-        """Draw row b's t-th token with the uniform ``noise[b, t]`` (inverse CDF of the
-        distribution it samples from); None returns to the learner's own stream. With
-        ``role`` (given to a learner in several seats only), in that role's turns only."""
-
-
-@runtime_checkable
-class Exportable(Protocol):
-    """A learner whose policy can leave as a standard Hugging Face model (LLM learners)."""
-
-    def export(
-        self, path: Path, tokenizer: Any, merge: bool = False, info: dict | None = None
-    ) -> Path:
-        """Write the policy into the new folder ``path``; ``merge`` folds LoRA adapters in."""
 
 
 class RandomLearner(Learner):

@@ -113,6 +113,8 @@ class ElasticReset(Learner):
     name = "elastic_reset"
     takes_engine = True
     multi_turn = True
+    takes_sampling_noise = True
+    exportable = True
 
     def __init__(self, agent: PPOAgent, ema_decay: float, reset_freq: int) -> None:
         agent.name = self.name  # its checkpoint says which learner wrote it

@@ -244,6 +244,8 @@ class LLMLearner(Learner):
     can_restart = True
     takes_engine = True
     multi_turn = True
+    takes_sampling_noise = True
+    exportable = True
 
     def __init__(
         self,

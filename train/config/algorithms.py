@@ -37,6 +37,9 @@ class Algorithm:
     """Game settings this setup implies (lam, sees, group_size, role exchange)."""
     learner: dict[str, Any] = field(default_factory=dict)
     """Learner setting defaults (each seat takes those its learner has)."""
+    picks_by_value: bool = False
+    """Whether evaluation also scores the answer of the seat whose critic values it higher
+    (the rebuttal's MoE baseline: two independent answers, the higher-valued kept)."""
     description: str = ""
 
 
@@ -74,6 +77,7 @@ ALGORITHMS: dict[str, Algorithm] = {
         min_agents=2,
         game={"lam": 0.0, "sees": "none", "role_exchange_period": NEVER},
         learner=PPO_BASELINE,
+        picks_by_value=True,
         description="two independent PPO agents; evaluation keeps the higher-valued answer",
     ),
     "rloo": Algorithm(

@@ -94,7 +94,7 @@ class TrainingEvaluations:
             base=self.base,
             samples={model: shown},
             common=common,
-            moe={model: sum(moe) / len(moe)} if moe and self.config.algorithm == "moe" else None,
+            moe={model: sum(moe) / len(moe)} if moe and self.config.picks_by_value else None,
         )
         if self.writes:
             write_eval(self.folder, result, eval_stem(updates))

@@ -20,7 +20,6 @@ from tqdm.auto import tqdm
 
 from cory_env.rewards import AnswerCheckReward
 from cory_env.tasks import held_out_split, make_task
-from cory_rl.agents.base import CommonNoise, Exportable
 from cory_rl.train.config.files import write_text
 from cory_rl.train.core.checkpoint import checkpoint_updates, load_learners
 from cory_rl.train.core.games import batch_samples, make_game, play_games
@@ -139,9 +138,8 @@ class Evaluator:
                         progress.update(1)
         finally:
             for learner in learners.values():
-                if isinstance(learner, CommonNoise):
-                    learner.use_sampling_noise(None)
-        common = all(isinstance(learner, CommonNoise) for learner in learners.values())
+                learner.use_sampling_noise(None)
+        common = all(learner.takes_sampling_noise for learner in learners.values())
         return answers, shown, moe, common
 
     def _play_batch(
@@ -165,7 +163,7 @@ class Evaluator:
         )
         roles = game.roles_for_episode(game.episode)
         for i, agent in enumerate(game.possible_agents):
-            if isinstance(learners[agent], CommonNoise):
+            if learners[agent].takes_sampling_noise:
                 uniforms = [es.noise(q, s, roles[i]) for q, s in zip(queries, samples, strict=True)]
                 if learners[agent].seats > 1:  # one learner, each seat its own noise
                     learners[agent].use_sampling_noise(np.stack(uniforms), role=roles[i])
@@ -307,7 +305,7 @@ def evaluate(
             answers, shown[model], scores, same = evaluator.play(learners, model, show, bar)
             tables.append(answers)
             common = common and same
-            if config.algorithm == "moe" and scores:
+            if config.picks_by_value and scores:
                 moe[model] = float(np.mean(scores))
     return build_result(
         evaluator,
@@ -333,7 +331,7 @@ def reference_kinds(learners: dict[str, Any]) -> dict[str, str]:
     """What the ``reference`` rows of each seat are: an LLM learner's untrained policy is
     its base model; a learner with no base model (not an LLM) is a freshly built copy."""
     return {
-        agent: BASE_MODEL if isinstance(learner, Exportable) else UNTRAINED
+        agent: BASE_MODEL if learner.exportable else UNTRAINED
         for agent, learner in learners.items()
     }
 

@@ -17,7 +17,6 @@ import json
 import shutil
 from pathlib import Path
 
-from cory_rl.agents.base import Exportable
 from cory_rl.train.core.checkpoint import load_json_state
 from cory_rl.train.core.games import owners, seats_of
 from cory_rl.train.core.run_folder import base_evaluation, final_evaluation, load_run_config
@@ -75,7 +74,7 @@ def export_run(
         i = list(learners).index(agent)
         if len(shared[agent]) > 1:
             print(f"{', '.join(shared[agent][1:])}: {agent}'s policy (a learner shared by seats)")
-        if not isinstance(learner, Exportable):
+        if not learner.exportable:
             print(f"{agent}: its learner has no LLM policy to export; skipped")
             continue
         info = {
