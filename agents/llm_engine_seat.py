@@ -63,7 +63,7 @@ class EngineSeat:
         device: torch.device,
         autocast: Callable[[], contextlib.AbstractContextManager[Any]],
     ) -> None:
-        """``settings``: ``agents/llm.py``'s ``LLMConfig`` (sampling, ``forward_batch_size``,
+        """``settings``: ``agents/llm_config.py``'s ``LLMConfig`` (sampling, ``forward_batch_size``,
         ``kl_penalty`` and the ``engine_correction`` settings)."""
         self.settings = settings
         self.device = device

@@ -56,7 +56,7 @@ class RewardShaping:
         device: torch.device,
         autocast: Callable[[], contextlib.AbstractContextManager[Any]],
     ) -> None:
-        """``settings``: ``agents/llm.py``'s ``LLMConfig`` (the KL, score and
+        """``settings``: ``agents/llm_config.py``'s ``LLMConfig`` (the KL, score and
         ``forward_batch_size`` settings)."""
         if not reference.adapters_disabled:
             reference.lm.to(device)
@@ -147,6 +147,38 @@ class RewardShaping:
         if measure != "full":
             kl = pm.kl_sampled(rollout.logprobs, token_logprobs, measure)
         return kl * rollout.mask, token_logprobs * rollout.mask, ref_full
+
+    def penalty_data(
+        self, shaped: ShapedRollout, advantage_scale: torch.Tensor | float = 1.0
+    ) -> dict[str, torch.Tensor]:
+        """What the loss part of the KL penalty reads from the batch (:meth:`penalty_loss`):
+        its weight per row (``kl_weight``: beta, times ``advantage_scale``, what the
+        advantages were scaled by, for an exact form) and the reference's log-probs. Empty
+        for a form with no loss part, or with no reference pass (beta fixed at 0)."""
+        name = self.settings.kl_penalty
+        if not self.needs_reference_pass or kp.form(name).in_loss is None:
+            return {}
+        rows = len(shaped.rollout.rewards)
+        weight = kp.loss_weight(name, shaped.kl_coef, advantage_scale)
+        data = {"kl_weight": weight.expand(rows).clone(), "ref_logprobs": shaped.ref_logprobs}
+        if shaped.ref_full_logprobs is not None:
+            data["ref_full_logprobs"] = shaped.ref_full_logprobs
+        return data
+
+    def penalty_loss(
+        self, mb: dict[str, torch.Tensor], logits: torch.Tensor
+    ) -> torch.Tensor | None:
+        """The KL penalty's loss part per token (B, T), weighted by ``kl_weight``, with its
+        gradient (``agents/kl_penalty.py``); None where :meth:`penalty_data` gave nothing.
+        The KL is the model's own distribution's, whatever the sampling settings."""
+        if "kl_weight" not in mb:
+            return None
+        name = self.settings.kl_penalty
+        own = None
+        if kp.form(name).in_loss == "k3":
+            own = pm.selective_log_softmax(logits, mb["tokens"])
+        part = kp.loss_part(name, logits, own, mb["ref_logprobs"], mb.get("ref_full_logprobs"))
+        return mb["kl_weight"][:, None].to(part.dtype) * part
 
     def scaled_rewards(self, rollout: Rollout) -> torch.Tensor:
         """The rewards the game paid (the task scores, mixed by ``lam`` in a cooperative

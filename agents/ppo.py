@@ -103,7 +103,7 @@ class PPOAgent(LLMLearner):
             "old_values": ro.values,
             "advantages": advantages,
             "returns": returns,
-            **self.penalty_data(shaped, scale),  # the KL penalty's loss part, if any
+            **self.shaping.penalty_data(shaped, scale),  # the KL penalty's loss part, if any
         }
 
         def ppo_loss(
@@ -128,7 +128,7 @@ class PPOAgent(LLMLearner):
             )
             loss = pg_loss + cfg.vf_coef * vf_loss
             kl_stats = {}
-            kl_part = self.penalty_loss(mb, logits)
+            kl_part = self.shaping.penalty_loss(mb, logits)
             if kl_part is not None:  # the direct part of the KL's gradient
                 kl_loss = pm.masked_mean(kl_part, mb["mask"])
                 loss = loss + kl_loss

@@ -118,13 +118,17 @@ class ReinforceAgent(LLMLearner):
         if cfg.whiten_advantages:
             scale = torch.rsqrt(pm.masked_var(advantages, mask) + 1e-8)
             advantages = pg.scale_only(advantages, mask) * mask
-        data = {**ro.batch_tensors(), "advantages": advantages, **self.penalty_data(shaped, scale)}
+        data = {
+            **ro.batch_tensors(),
+            "advantages": advantages,
+            **self.shaping.penalty_data(shaped, scale),
+        }
 
         def reinforce_loss(mb: dict, logits: torch.Tensor, values: Any) -> tuple[Any, dict]:
             logprobs = self.sampler.sampled_logprobs(logits, mb)
             loss = -pm.masked_mean(ec.weighted(logprobs * mb["advantages"], mb), mb["mask"])
             stats = {"loss": loss, **pm.ratio_stats(logprobs, mb["old_logprobs"], mb["mask"])}
-            kl_part = self.penalty_loss(mb, logits)
+            kl_part = self.shaping.penalty_loss(mb, logits)
             if kl_part is not None:  # the direct part of the KL's gradient
                 stats["loss_kl"] = pm.masked_mean(kl_part, mb["mask"])
                 loss = loss + stats["loss_kl"]

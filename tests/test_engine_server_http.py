@@ -16,7 +16,8 @@ from safetensors.torch import load_file
 
 from cory_env.checks import SettingError
 from cory_rl.agents.engine import SamplingSettings
-from cory_rl.agents.engine_server import ServerError, VLLMServerEngine, serve_command
+from cory_rl.agents.engine_serve import serve_command
+from cory_rl.agents.engine_server import ServerError, VLLMServerEngine
 
 MODEL = "/models/tiny"
 

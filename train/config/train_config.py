@@ -179,7 +179,7 @@ class TrainConfig:
     statistics, as the official CORY code's save-and-reload does (a side effect there, not
     part of the method): for A/Bs against the official loop. Off, agents keep them."""
     learner: dict[str, Any] = field(default_factory=dict)
-    """The seats' learner settings: those every LLM learner shares (``agents/llm.py``'s
+    """The seats' learner settings: those every LLM learner shares (``agents/llm_config.py``'s
     ``LLMConfig``) and each learner's own (e.g. ``ppo_epochs``, ``reset_freq``). Each seat
     takes the ones its learner's config has; a run's saved config lists them all."""
 
