@@ -314,15 +314,19 @@ def build(
         eval_reviews = _sample(load_reviews("test"), settings.n_eval, settings.seed, "test")
     started = time.perf_counter()
     tokenizer = AutoTokenizer.from_pretrained(base)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        base,
-        num_labels=2,
-        id2label=dict(enumerate(LABELS)),
-        label2id={name: i for i, name in enumerate(LABELS)},
-    )
-    losses = train_classifier(model, tokenizer, train_reviews, settings, progress, max_steps)
-    trained_s = time.perf_counter() - started
-    held_out = accuracy(model, tokenizer, eval_reviews, settings, progress)
+    # Seeded, in a fork of torch's generators: the head's initial weights are drawn from
+    # `seed`, and a run that builds here draws afterwards what a run from the cache draws.
+    with torch.random.fork_rng():
+        torch.manual_seed(settings.seed)
+        model = AutoModelForSequenceClassification.from_pretrained(
+            base,
+            num_labels=2,
+            id2label=dict(enumerate(LABELS)),
+            label2id={name: i for i, name in enumerate(LABELS)},
+        )
+        losses = train_classifier(model, tokenizer, train_reviews, settings, progress, max_steps)
+        trained_s = time.perf_counter() - started
+        held_out = accuracy(model, tokenizer, eval_reviews, settings, progress)
     total_s = time.perf_counter() - started
     metadata = {
         "what": (
