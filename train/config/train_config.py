@@ -16,13 +16,11 @@ from typing import Any
 import yaml
 
 from cory_env import checks
-from cory_env.core import GAME_SETTINGS, GameSettings
-from cory_env.tasks import check_task_settings
+from cory_env.core import GameSettings
 from cory_rl.agents.registry import learner_settings, learner_spec
+from cory_rl.train.config import validation
 from cory_rl.train.config.algorithms import ALGORITHMS
-from cory_rl.train.config.allocator import ALLOCATORS
 from cory_rl.train.config.files import write_text
-from cory_rl.train.config.tracker_checks import check_report_to
 
 SEAT_NAME = re.compile(r"llm_\d+")
 """How seats are named (``llm_0``, ``llm_1``, ...): a learner entry so names a seat to share."""
@@ -311,212 +309,22 @@ class TrainConfig:
         """Check every setting now, before any model is loaded; nothing is changed.
 
         Each owner checks its own: the game its settings (``GameSettings.validate``), the
-        task its ``task_settings``, each seat's learner its config. What is checked here is
-        the run's own settings and how the parts fit together.
+        task its ``task_settings``, each seat's learner its config. What is checked here
+        (``train/config/validation.py``) is the run's own settings and how the parts fit
+        together.
         """
-        checks.choice(self.algorithm, "algorithm", sorted(ALGORITHMS))
-        algo = ALGORITHMS[self.algorithm]
-        if not isinstance(self.game, GameSettings):
-            raise checks.fail("game", "a mapping of game settings", self.game)
-        try:
-            self.game.validate()
-        except checks.SettingError as err:
-            raise checks.SettingError(str(err).removeprefix("game: ")) from None
-        seats = (
-            f"{algo.min_agents}..{algo.max_agents} seats"
-            if algo.max_agents > 1
-            else "1 seat: it is a single-agent baseline; several seats play --algorithm "
-            "cory (or moe), with --learners to choose each seat's learner"
-        )
-        checks.integer(
-            self.game.n_agents,
-            "n_agents",
-            minimum=algo.min_agents,
-            maximum=algo.max_agents,
-            hint=f"algorithm {self.algorithm!r} plays {seats}",
-        )
-        for name in ("models", "references", "learners"):
-            mapping = getattr(self, name)
-            if mapping is None:
-                continue
-            if not isinstance(mapping, dict):
-                raise checks.fail(name, "a mapping from seat to value, e.g. {llm_0: ...}", mapping)
-            unknown = sorted(set(mapping) - set(self.agents))
-            if unknown:
-                raise checks.SettingError(
-                    f"{name}: no seats {unknown} in a {self.game.n_agents}-agent game; the seats "
-                    f"are {self.agents}"
-                )
-        if self.learners is not None:
-            missing = [a for a in self.agents if a not in self.learners]
-            if missing:
-                raise checks.SettingError(
-                    f"learners: seats {missing} have no learner; name one for every seat of "
-                    f"{self.agents}, or drop --learners to use the algorithm's"
-                )
-            self.check_shared_seats()
-        for name in ("models", "references"):
-            for agent, model in (getattr(self, name) or {}).items():
-                checks.text(model, f"{name}.{agent}")
-        if self.references and self.lora:
-            raise checks.SettingError(
-                "references: a reference other than the seat's model needs full fine-tuning "
-                "(with lora the reference is the shared base); set lora false or drop references"
-            )
-        checks.text(self.task, "task")
-        checks.text(self.model, "model", hint="a hub id, a local folder, or 'embedded'")
-        if not isinstance(self.task_settings, dict):
-            raise checks.fail(
-                "task_settings", "a mapping such as {reward: vader}", self.task_settings
-            )
-        game_keys = sorted(set(self.task_settings) & set(GAME_SETTINGS))
-        if game_keys:
-            raise checks.SettingError(
-                f"task_settings: {game_keys} are settings of the game, not of the task; give "
-                f"them as --{game_keys[0]} ..."
-            )
-        check_task_settings(self.task, self.task_settings)
-        checks.number(self.eta, "eta", minimum=0)
-        checks.number(self.health_approx_kl, "health_approx_kl", minimum=0, exclusive_min=True)
-        checks.number(
-            self.health_clipfrac,
-            "health_clipfrac",
-            minimum=0,
-            maximum=1,
-            exclusive_min=True,
-            hint="a fraction of tokens",
-        )
-        for name in (
-            "batch_size",
-            "iterations",
-            "sample_every",
-            "checkpoint_every",
-            "lora_r",
-            "eval_samples",
-            "eval_batch_size",
+        for check in (
+            validation.check_seats,
+            validation.check_models,
+            validation.check_task,
+            validation.check_run,
+            validation.check_stopping,
+            validation.check_setup,
         ):
-            checks.integer(getattr(self, name), name, minimum=1)
-        checks.integer(self.n_samples, "n_samples", minimum=0)
-        if not isinstance(self.imports, list) or not all(
-            isinstance(m, str) and m for m in self.imports
-        ):
-            raise checks.fail("imports", "a list of module names", self.imports)
-        checks.integer(self.eval_every, "eval_every", minimum=0, hint="0 = off")
-        checks.integer(self.eval_seed, "eval_seed", minimum=0)
-        checks.text(
-            self.early_stopping_metric,
-            "early_stopping_metric",
-            hint="<role or all>/<number>, e.g. pioneer/reward",
-        )
-        if self.early_stopping_target is not None:
-            checks.number(self.early_stopping_target, "early_stopping_target")
-        if self.early_stopping_patience is not None:
-            checks.integer(self.early_stopping_patience, "early_stopping_patience", minimum=1)
-        checks.number(self.early_stopping_threshold, "early_stopping_threshold", minimum=0)
-        checks.integer(self.early_stopping_min_updates, "early_stopping_min_updates", minimum=0)
-        stopping = self.early_stopping_target is not None or self.early_stopping_patience
-        if stopping and not self.eval_every:
-            raise checks.SettingError(
-                "early_stopping_target / early_stopping_patience watch the evaluations along "
-                "training, and eval_every is 0: set eval_every (e.g. 10), or drop them"
-            )
-        if self.eval_queries is not None:
-            checks.integer(self.eval_queries, "eval_queries", minimum=1)
-        checks.integer(self.seed, "seed", minimum=0)
-        checks.number(self.lora_alpha, "lora_alpha", minimum=0, exclusive_min=True)
-        checks.choice(self.device, "device", ("auto", "cpu", "cuda"))
-        checks.choice(self.mixed_precision, "mixed_precision", ("no", "bf16"))
-        checks.choice(self.sharding, "sharding", ("auto", "none", "fsdp2"))
-        check_rollout_engine(self)
-        checks.choice(self.allocator, "allocator", ALLOCATORS)
-        checks.boolean(self.activation_checkpointing, "activation_checkpointing")
-        checks.boolean(self.restart_on_exchange, "restart_on_exchange")
-        if self.restart_on_exchange and self.game.n_agents < 2:
-            raise checks.SettingError(
-                f"restart_on_exchange restarts the learners when the seats exchange roles, and "
-                f"a {self.game.n_agents}-agent game never exchanges; set it false, or play "
-                "n_agents 2 or more"
-            )
-        checks.boolean(self.lora, "lora")
-        checks.boolean(self.load_in_4bit, "load_in_4bit")
-        if self.load_in_4bit and (not self.lora or self.device == "cpu"):
-            raise checks.SettingError(
-                "load_in_4bit trains LoRA adapters on frozen 4-bit weights on a CUDA GPU: it "
-                f"needs lora true and a device other than cpu (got lora={self.lora}, "
-                f"device={self.device!r}); or set load_in_4bit false"
-            )
-        targets = self.lora_target_modules
-        if not (isinstance(targets, str) and targets) and not (
-            isinstance(targets, list) and targets and all(isinstance(t, str) for t in targets)
-        ):
-            raise checks.fail(
-                "lora_target_modules", "'all-linear' or a list of module names", targets
-            )
-        if self.run_dir is not None:
-            checks.text(self.run_dir, "run_dir")
-        check_report_to(self.report_to)
-        if self.batch_size % self.game.group_size:
-            raise checks.SettingError(
-                f"batch_size ({self.batch_size}) must be a multiple of group_size "
-                f"({self.game.group_size})"
-            )
-        check_learners(self)
+            check(self)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def save(self, path: Path) -> None:
         write_text(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
-
-
-def check_rollout_engine(config: TrainConfig) -> None:
-    """The rollout engine's settings: the engine, and where a server of it is."""
-    checks.choice(config.rollout_engine, "rollout_engine", ("none", "vllm"))
-    checks.choice(config.vllm_mode, "vllm_mode", ("colocate", "server"))
-    if config.vllm_mode == "server" and config.rollout_engine != "vllm":
-        raise checks.SettingError(
-            "vllm_mode: 'server' takes effect with rollout_engine vllm; add "
-            "--rollout_engine vllm, or drop vllm_mode"
-        )
-    url = config.vllm_server_base_url
-    if url is not None and not str(url).startswith(("http://", "https://")):
-        raise checks.fail("vllm_server_base_url", "a URL such as http://host:8000", url)
-    checks.text(config.vllm_server_host, "vllm_server_host")
-    checks.integer(config.vllm_server_port, "vllm_server_port", minimum=1, maximum=65535)
-    checks.number(
-        config.vllm_server_timeout,
-        "vllm_server_timeout",
-        minimum=0,
-        exclusive_min=True,
-        hint="seconds",
-    )
-
-
-def check_learners(config: TrainConfig) -> None:
-    """Every seat's learner and settings: each learner's config checks its own fields;
-    here, that every ``learner`` setting belongs to some seat's learner, that a batch
-    splits into mini-batches, and each learner's check of the game (group sizes)."""
-    if not isinstance(config.learner, dict):
-        raise checks.fail("learner", "a mapping of learner settings", config.learner)
-    seats = config.seat_learners()
-    known = config.learner_fields()
-    unused = sorted(set(config.learner) - known)
-    if unused:
-        names = sorted({name for name, _ in seats.values()})
-        raise checks.SettingError(
-            f"learner: {unused} are settings of no seat's learner ({', '.join(names)}); "
-            f"their settings are {sorted(known)}"
-        )
-    for agent, (name, settings) in seats.items():
-        mini = getattr(settings, "mini_batch_size", None)
-        if mini is not None and config.batch_size % mini:
-            raise checks.SettingError(
-                f"batch_size ({config.batch_size}) must be a multiple of mini_batch_size "
-                f"({mini}{'' if len(seats) == 1 else f', {agent}'})"
-            )
-        check = learner_spec(name).check
-        if check is not None:
-            try:
-                check(config)
-            except checks.SettingError as err:
-                raise checks.SettingError(f"learners: {agent} plays {name!r}: {err}") from None
