@@ -12,6 +12,22 @@ from cory_env.seat_reward import SeatReward, seat_prompts
 from tests.conftest import make_tiny_tokenizer
 
 
+@pytest.fixture(autouse=True)
+def fresh_accelerate_state():
+    """TRL's trainer sets accelerate's process-wide state (cpu=True), which the project's
+    training in a later test of the same process may not change: each test starts and ends
+    with none (as accelerate's own test cases do)."""
+    from accelerate.state import AcceleratorState, GradientState
+
+    def clear() -> None:
+        AcceleratorState._reset_state(reset_partial_state=True)
+        GradientState._reset_state()
+
+    clear()
+    yield
+    clear()
+
+
 def word_count(queries, responses):
     return [len(r.split()) for r in responses]
 
