@@ -71,6 +71,67 @@ def make_tiny_gpt2(vocab_size: int, seed: int = 0):
     return GPT2LMHeadModel(config).eval()
 
 
+SLOW = {
+    # The tests of the second command, ``python -m pytest -m slow`` (README, "Quick start"),
+    # besides those marked in their files (tests/test_sharding.py, test_distributed.py, the
+    # vLLM engine's): each trains or plays for 8 s or more on 2 cores (its seconds measured
+    # in a full run on a busy machine). The default run keeps a faster test of each module.
+    "tests/test_cross_play.py::test_cross_play_writes_a_matrix_of_every_pairing",  # 281
+    "tests/test_bridges.py::test_torchrl_trains_both_seats_beyond_chance",  # 111
+    "tests/test_sweep.py::test_two_sweep_processes_split_a_grid",  # 79
+    "tests/test_layers.py::test_the_guard_fails_on_every_kind_of_planted_import",  # 68 in all
+    "tests/test_multi_turn.py::test_two_round_games_train_evaluate_and_resume",  # 67 in all
+    "tests/test_bridges.py::test_sb3_ppo_observer_beats_random_beyond_chance",  # 66
+    "tests/test_trackers.py::test_mlflow_gets_config_metrics_and_summary",  # 60
+    "tests/test_ppo_agent.py::test_reward_rises_for_ppo_and_cory",  # 47 in all
+    "tests/test_trackers.py::test_trackio_local_store_gets_metrics_and_summary",  # 34
+    "tests/test_hh.py::test_hh_trains_from_the_command_line",  # 33
+    "tests/test_eval_along.py::test_a_resumed_run_keeps_its_evaluations_and_pairs_with_its_base",
+    "tests/test_sweep.py::test_committed_results_count_as_done_where_the_run_folders_are_gone",
+    "tests/test_trackers.py::test_wandb_without_an_api_key_logs_offline_and_says_so",  # 26
+    "tests/test_play.py::test_play_runs_interactively_as_a_command",  # 26
+    "tests/test_sweep.py::test_interrupted_sweep_skips_finished_resumes_broken_restarts_empty",
+    "tests/test_checkpoint.py::test_tensorboard_holds_each_iteration_once_after_a_crash_and_resume",
+    "tests/test_dynamic_sampling.py::test_a_run_draws_more_batches_for_groups_that_differ",  # 18
+    "tests/test_compare.py::test_matched_kl_reads_each_seed_s_trajectory",  # 15
+    "tests/test_train.py::test_resume_continues_exactly_like_an_uninterrupted_run",  # 14
+    "tests/test_learners.py::test_three_agent_chain_trains_and_rotates_roles",  # 13
+    "tests/test_shared_seats.py::test_shared_cory_trains_resumes_and_is_one_agent",  # 13
+    "tests/test_import_names.py::test_the_project_imports_beside_packages_named_agents_and_train",
+    "tests/test_readme_api.py::test_the_api_names_come_in_any_order_and_leave_the_train_package_alone",
+    "tests/test_paper_gsm8k.py::test_paper_gsm8k_trains_and_evaluates_on_a_tiny_model",  # 12
+    "tests/test_multi_turn.py::test_dynamic_sampling_keeps_groups_of_one_query_and_turn",  # 11
+    "tests/test_update_health.py::test_a_run_says_its_updates_were_unhealthy",  # 10
+    "tests/test_learners.py::test_readme_learner_takes_a_seat_beside_ppo_and_resumes",  # 10
+    "tests/test_compare.py::test_an_answer_checked_task_gets_pass_at_k_along_training",  # 9
+    "tests/test_memory.py::test_a_run_logs_its_own_peak_not_the_process_s",  # 9
+    "tests/test_compare.py::test_a_two_agent_checked_game_gets_the_observer_s_reference_use_along_training",
+    "tests/test_compare.py::test_matched_kl_p_values_are_holm_adjusted_over_the_kls",  # 9
+    "tests/test_compare.py::test_curves_and_frontier_files",  # 8
+    "tests/test_learners.py::test_heterogeneous_seats_each_have_their_model_tokenizer_and_reference",
+}
+"""Test functions (every parameter of each) marked ``slow`` here, so that the files that
+hold them need no edit; a name that no longer names a test of its file fails collection."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects by the marks
+def pytest_collection_modifyitems(config, items):
+    modules = {}
+    for item in items:
+        path, _, rest = item.nodeid.partition("::")
+        modules.setdefault(path, getattr(item, "module", None))
+        if f"{path}::{rest.split('[')[0]}" in SLOW:
+            item.add_marker(pytest.mark.slow)
+    gone = [
+        name
+        for name in sorted(SLOW)
+        if name.split("::")[0] in modules
+        and not hasattr(modules[name.split("::")[0]], name.split("::")[1])
+    ]
+    if gone:
+        raise pytest.UsageError(f"tests/conftest.py SLOW names tests that are gone: {gone}")
+
+
 class NoModel(AssertionError):
     pass
 

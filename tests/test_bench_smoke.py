@@ -44,12 +44,16 @@ SLOW = {
     "bench_trl.py",
     "bench_trl_phases.py",
 }
-"""Smoke runs of more than about 30 s on 2 CPU cores (several processes each)."""
+"""Smoke runs of more than about 30 s on 2 CPU cores (several processes each): marked
+``bench`` (.ci/run runs them); the others, 10-20 s each, are ``slow`` (the README's second
+test command)."""
 
 
 def scripts() -> list:
     return [
-        pytest.param(name, marks=[pytest.mark.bench] if name in SLOW else [], id=name[:-3])
+        pytest.param(
+            name, marks=[pytest.mark.bench if name in SLOW else pytest.mark.slow], id=name[:-3]
+        )
         for name in SCRIPTS
     ]
 
