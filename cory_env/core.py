@@ -34,29 +34,35 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 
 from cory_env import checks
-from cory_env.models import EMBEDDED, load_tokenizer, pad_token_id
+from cory_env.game_setup import GameSetup
+from cory_env.game_views import GameViews
+from cory_env.models import EMBEDDED, pad_token_id
 from cory_env.query import Query
+from cory_env.settings import (
+    GAME_SETTINGS,
+    MAX_ROUNDS,
+    SEES,
+    GameSettings,
+    role_name,
+    roles_for_episode,
+    split_settings,
+    standardise,
+)
 from cory_env.tasks import Task, make_task, task_needs_tokenizer
 from cory_env.tasks.base import budget_range
 
-
-def roles_for_episode(episode: int, n_agents: int, period: int) -> list[int]:
-    """Role index of each agent in ``episode``: the pioneer seat moves every ``period``."""
-    shift = (episode // period) % n_agents
-    return [(i - shift) % n_agents for i in range(n_agents)]
-
-
-def role_name(role: int, n_agents: int) -> str:
-    """``pioneer`` for role 0, ``observer`` for role 1, ``observer_k`` further down a chain."""
-    if role == 0:
-        return "pioneer"
-    return "observer" if role == 1 and n_agents == 2 else f"observer_{role}"
-
-
-SEES = ("previous", "all", "none")
-"""Values of the ``sees`` setting: who a later agent sees."""
-MAX_ROUNDS = 64
-"""The turn cap: at most this many rounds, so that every episode ends."""
+__all__ = [  # the settings' names are the game's too: cory_env.core has always had them
+    "GAME_SETTINGS",
+    "MAX_ROUNDS",
+    "SEES",
+    "BatchedTextGame",
+    "GameSettings",
+    "TurnRecord",
+    "role_name",
+    "roles_for_episode",
+    "split_settings",
+    "standardise",
+]
 
 
 @dataclass(frozen=True)
@@ -72,131 +78,11 @@ class TurnRecord:
     """Each row's answer as token ids of the agent's tokenizer."""
 
 
-@dataclass(frozen=True)
-class GameSettings:
-    """Settings of the game itself; everything else goes to the task.
-
-    - ``n_agents``: agents ``llm_0..llm_{n-1}``; 1 is plain single-agent RL.
-    - ``lam``: agent i is paid ``r_i + lam * sum(r_others)`` (1 = CORY's collective
-      reward, 0 = independent, -1 = zero-sum).
-    - ``role_exchange_period``: episodes between role exchanges; the pioneer seat moves
-      to the next agent every that many episodes. A period longer than the run (e.g.
-      ``10**9``) turns exchanges off: ``llm_0`` stays the pioneer.
-    - ``max_new_tokens``: the token budget of an answer, instead of the task's: ``n``, or
-      ``[low, high]`` drawn per episode in ``low..high-1``.
-    - ``context_length``: the padded observation length, instead of the task's; a longer
-      prompt keeps its last tokens.
-    - ``sees``: who a later agent sees: ``previous``, ``all`` or ``none``. ``"previous"``
-      (default, a chain): role r's prompt shows the answer of role r-1 only. ``"all"``: role r
-      sees the answers of roles 0..r-1, in role order. ``"none"`` (the paper's no-knowledge-
-      transfer ablation): every agent answers the query alone with the pioneer's (role 0)
-      prompt, yet is still paid ``r_self + lam * sum(r_others)``. The task's prompt function
-      gets the answers this setting lets the role see (and, for ``"none"``, role 0 and no
-      answers).
-    - ``group_size``: each query is played this many times in one batch (for RLOO / GRPO
-      baselines): a batch draws ``batch_size // group_size`` queries and repeats each in
-      consecutive rows, so rows ``[g*k, (g+1)*k)`` share query ``g``. ``batch_size`` must
-      be a multiple of it; the single-game AEC env needs 1.
-    - ``reward_norm``: standardise each agent's task scores over the batch (mean 0, std 1;
-      a batch of equal scores is just centred, i.e. 0) before mixing them with ``lam``, as
-      the rebuttal did when comparing lam values. ``scores`` keep the raw task scores;
-      only ``rewards`` are normalised.
-    - ``rounds``: how many times every agent answers, in role order (1: CORY's game).
-    - ``pay_every_round``: score and pay every round's answers, each agent ``r_self + lam *
-      sum(r_others)`` within its round; false: only the last round's (the default).
-    """
-
-    n_agents: int = 2
-    lam: float = 1.0
-    role_exchange_period: int = 5
-    max_new_tokens: int | tuple[int, int] | None = None
-    context_length: int | None = None
-    sees: str = "previous"
-    group_size: int = 1
-    reward_norm: bool = False
-    rounds: int = 1
-    pay_every_round: bool = False
-
-    def __post_init__(self) -> None:
-        checks.plain_numbers(self)  # 2.0 agents is 2, lam 1 is 1.0
-
-    def validate(self) -> None:
-        """Refuse bad values (and bools where numbers are meant) before any work is done;
-        nothing is changed (numbers took their declared types at construction)."""
-        where = "game"
-        checks.integer(self.n_agents, "n_agents", minimum=1, where=where)
-        checks.number(self.lam, "lam", where=where, hint="1 = CORY, 0 = independent, -1 = zero-sum")
-        checks.integer(
-            self.role_exchange_period,
-            "role_exchange_period",
-            minimum=1,
-            where=where,
-            hint="episodes between role exchanges",
-        )
-        checks.choice(self.sees, "sees", SEES, where=where)
-        checks.integer(
-            self.group_size,
-            "group_size",
-            minimum=1,
-            where=where,
-            hint="times each query is played in one batch",
-        )
-        checks.boolean(self.reward_norm, "reward_norm", where=where)
-        checks.integer(
-            self.rounds,
-            "rounds",
-            minimum=1,
-            maximum=MAX_ROUNDS,
-            where=where,
-            hint="times every agent answers in an episode; 1 = CORY's game",
-        )
-        checks.boolean(self.pay_every_round, "pay_every_round", where=where)
-        if self.context_length is not None:
-            checks.integer(self.context_length, "context_length", minimum=2, where=where)
-        if self.max_new_tokens is not None:
-            budget_range(self.max_new_tokens, where)
-
-
-GAME_SETTINGS = tuple(GameSettings.__dataclass_fields__)
-
-
-def _plain(value: Any) -> Any:
-    """``value`` with numpy scalars made Python ints (JSON has no numpy types)."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
-
-
-def standardise(values: np.ndarray) -> np.ndarray:
-    """``values`` with mean 0 and (population) std 1; equal values give zeros (centred).
-
-    Equal values are caught exactly, not by a small std: the mean of ``[0.1] * 3`` is not
-    exactly 0.1, and dividing that rounding error by its own tiny std would give +-1.
-    """
-    values = np.asarray(values, dtype=np.float64)
-    if values.size == 0 or np.all(values == values.flat[0]):
-        return np.zeros_like(values)
-    centred = values - values.mean()
-    std = centred.std()
-    return centred / std if std > 0 else centred  # std 0 (underflow): just centred
-
-
-def split_settings(settings: Mapping[str, Any]) -> tuple[GameSettings, dict[str, Any]]:
-    """Separate game settings from task settings."""
-    game = {k: v for k, v in settings.items() if k in GAME_SETTINGS}
-    task = {k: v for k, v in settings.items() if k not in GAME_SETTINGS}
-    return GameSettings(**game), task
-
-
-class BatchedTextGame:
+class BatchedTextGame(GameSetup, GameViews):
     """B text games played in lock-step, with array observations, actions and rewards.
 
     With ``group_size=k`` the B rows are ``B // k`` groups of k rows that share a query
-    (rows ``[g*k, (g+1)*k)``); every row still samples its own answers.
-
-    Typical loop::
+    (rows ``[g*k, (g+1)*k)``); every row still samples its own answers. Typical loop::
 
         game = BatchedTextGame("imdb", batch_size=64)
         game.reset(seed=0)
@@ -205,7 +91,8 @@ class BatchedTextGame:
             game.step(policy[agent](game.observe(agent)))
         game.rewards   # {agent: (B,) array}
 
-    Actions of rows whose turn already ended are ignored.
+    Actions of rows whose turn already ended are ignored. Its parts: the setup checks
+    (``game_setup.py``) and what players read (``game_views.py``); settings: ``settings.py``.
     """
 
     def __init__(
@@ -292,117 +179,6 @@ class BatchedTextGame:
         self._warned_truncation = False
         self._started = False
 
-    # ----------------------------------------------------------------- setup helpers
-    def _agent_tokenizers(self, tokenizer: Any) -> list[Any]:
-        if isinstance(tokenizer, (list, tuple)):
-            if len(tokenizer) != self.n_agents:
-                raise ValueError(
-                    f"got {len(tokenizer)} tokenizers for {self.n_agents} agents; give one "
-                    "tokenizer, or one per agent"
-                )
-            items = list(tokenizer)
-        elif isinstance(tokenizer, Mapping):
-            missing = [a for a in self.possible_agents if a not in tokenizer]
-            unknown = [a for a in tokenizer if a not in self.possible_agents]
-            if missing or unknown:
-                raise ValueError(
-                    f"game: the tokenizer mapping must have one entry per agent "
-                    f"{self.possible_agents}; missing {missing}, unknown {unknown}"
-                )
-            items = [tokenizer[a] for a in self.possible_agents]
-        else:
-            items = [tokenizer] * self.n_agents
-        loaded = [load_tokenizer(t) if isinstance(t, str) else t for t in items]
-        for agent, tok in zip(self.possible_agents, loaded, strict=True):
-            missing = [
-                name
-                for name in ("__call__", "__len__", "batch_decode", "eos_token_id")
-                if not hasattr(tok, name)
-            ]
-            if missing:
-                raise TypeError(
-                    f"game: the tokenizer for {agent} must be a Hugging Face tokenizer or a "
-                    f"model name/path, got {type(tok).__name__} (it lacks {missing})"
-                )
-        return loaded
-
-    def observation_space(self, agent: str) -> spaces.Dict:
-        return self._observation_spaces[self._check_agent(agent)]
-
-    def action_space(self, agent: str) -> spaces.Discrete:
-        return self._action_spaces[self._check_agent(agent)]
-
-    def _check_agent(self, agent: str) -> str:
-        if agent not in self._observation_spaces:
-            raise KeyError(f"unknown agent {agent!r}; agents are {self.possible_agents}")
-        return agent
-
-    # ----------------------------------------------------------------- roles
-    def roles_for_episode(self, episode: int) -> list[int]:
-        """Role index of each agent: the pioneer seat moves every ``role_exchange_period``."""
-        return roles_for_episode(episode, self.n_agents, self.settings.role_exchange_period)
-
-    def _require_started(self, what: str) -> None:
-        if not self._started:
-            raise RuntimeError(f"call reset() before {what}: no episode has started")
-
-    @property
-    def agents_by_role(self) -> list[str]:
-        """This episode's agents in role order: the pioneer first."""
-        self._require_started("agents_by_role")
-        return [self.possible_agents[i] for i in self._order]
-
-    @property
-    def roles(self) -> dict[str, str]:
-        """Each agent's role name in this episode."""
-        self._require_started("roles")
-        return {
-            a: role_name(r, self.n_agents)
-            for a, r in zip(self.possible_agents, self._role_of, strict=False)
-        }
-
-    # ----------------------------------------------------------------- state
-    STATE_KEYS = ("next_episode", "rng")
-
-    def state_dict(self) -> dict[str, Any]:
-        """What a resumed run needs to continue this game's episodes exactly: the number of
-        the next episode (it sets the roles) and the RNG that draws queries and budgets.
-
-        Plain ints, strings and dicts only, so that it can be stored as JSON.
-        """
-        return {
-            "next_episode": int(self.next_episode),
-            "rng": _plain(self.np_random.bit_generator.state),
-        }
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue from :meth:`state_dict`: the next ``reset()`` plays what it would have."""
-
-        def invalid(why: str) -> ValueError:
-            return ValueError(f"the game state is not valid: {why}")
-
-        if not isinstance(state, Mapping):
-            raise invalid(f"expected a dict with keys {list(self.STATE_KEYS)}, got {state!r}")
-        missing = [k for k in self.STATE_KEYS if k not in state]
-        unknown = sorted(str(k) for k in state if k not in self.STATE_KEYS)
-        if missing or unknown:
-            raise invalid(f"missing keys {missing}, unknown keys {unknown}")
-        try:
-            episode = checks.integer(state["next_episode"], "next_episode", minimum=0)
-        except checks.SettingError as err:
-            raise invalid(str(err)) from None
-        rng_state = state["rng"]
-        kind = type(self.np_random.bit_generator).__name__
-        if not isinstance(rng_state, Mapping) or rng_state.get("bit_generator") != kind:
-            raise invalid(f"'rng' must be the state of a {kind} generator, got {rng_state!r}")
-        generator = np.random.Generator(type(self.np_random.bit_generator)())
-        try:
-            generator.bit_generator.state = dict(rng_state)
-        except (TypeError, ValueError, KeyError, OverflowError) as err:
-            raise invalid(f"'rng' is not a {kind} state ({err!r})") from None
-        self.np_random = generator
-        self.next_episode = episode
-
     # ----------------------------------------------------------------- reset / step
     def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
         """Start a new batch of games: draw the queries and a token budget, seat the pioneer.
@@ -470,33 +246,6 @@ class BatchedTextGame:
         self._moving: np.ndarray | None = None
         self._turn = 0
         self._start_turn()
-
-    def _given_rows(self, options: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-        """The ``queries`` and ``budgets`` reset options, checked: one of each per row."""
-        where = "reset options"
-        if "queries" not in options or "budgets" not in options:
-            raise ValueError(
-                f"{where}: give both 'queries' and 'budgets' (one per row), or neither"
-            )
-        rows = {}
-        for name, low, high in (
-            ("queries", 0, len(self.task.queries) - 1),
-            ("budgets", 1, self.context_length - 1),
-        ):
-            values = np.asarray(options[name])
-            if values.shape != (self.batch_size,) or values.dtype.kind not in "iu":
-                raise ValueError(
-                    f"{where}: {name!r} must be {self.batch_size} integers (one per row), got "
-                    f"{values.dtype} of shape {values.shape}"
-                )
-            bad = (values < low) | (values > high)
-            if bad.any():
-                row = int(np.flatnonzero(bad)[0])
-                raise ValueError(
-                    f"{where}: {name}[{row}] = {int(values[row])} is outside {low}..{high}"
-                )
-            rows[name] = values.astype(np.int64)
-        return rows["queries"], rows["budgets"]
 
     @property
     def n_turns(self) -> int:
@@ -688,38 +437,6 @@ class BatchedTextGame:
                 player = self._role_of[k]
                 self.scores[a] = np.array([(m.result() or [0.0] * 2)[player] for m in self.matches])
 
-    def _check_later_rounds(self, settings: GameSettings) -> None:
-        """In a game of several rounds a later turn's prompt must show the answers so far:
-        the task's prompt for a later round is asked to show a probe answer, once."""
-        if settings.rounds == 1 or self.task.referee is not None:
-            return
-        probe = "probe7531answer"
-        query = self.task.queries[0]
-        if probe not in self.task.prompt(1, query, [probe]):
-            raise checks.SettingError(
-                f"rounds {settings.rounds}: task {self.task.name!r}'s prompt for a later round "
-                "does not show the earlier answers (its prompt for role 1 left the answer out), "
-                "so a revision would not see what it revises; give the task a template that "
-                "shows them (custom: observer_template with {answer}) or play rounds 1"
-            )
-
-    def _check_referee(self, settings: GameSettings) -> None:
-        """A refereed task's game seats its players and pays each its own result."""
-        referee = self.task.referee
-        if referee is None:
-            return
-        if settings.n_agents != referee.players:
-            raise checks.SettingError(
-                f"task {self.task.name!r} is a {referee.players}-player game: set n_agents "
-                f"{referee.players} (got {settings.n_agents})"
-            )
-        if settings.lam >= 1:
-            raise checks.SettingError(
-                f"lam {settings.lam}: in a game won by one player and lost by the other, "
-                "r_self + lam * r_other pays nothing at lam 1 (and rewards losing above it); "
-                "set --lam 0 (each player its own result)"
-            )
-
     def _match_results(self) -> np.ndarray:
         """Each agent's result (its player's: the player is its role) of the matches that
         ended since the last round; 0 where a match goes on or was paid already."""
@@ -730,94 +447,3 @@ class BatchedTextGame:
                 self._paid_matches[b] = True
                 raw[:, b] = [result[self._role_of[k]] for k in range(self.n_agents)]
         return raw
-
-    def match_stats(self) -> dict[str, float]:
-        """A refereed task's figures of this batch's matches (valid moves, wins); {} for
-        other tasks."""
-        if self.matches is None:
-            return {}
-        return self.task.referee.stats(self.matches)
-
-    # ----------------------------------------------------------------- views
-    def observe(self, agent: str) -> dict[str, np.ndarray]:
-        """Left-padded context of ``agent`` (its prompt and its tokens so far), batched."""
-        i = self.possible_agents.index(self._check_agent(agent))
-        self._require_started("observe()")
-        L = self.context_length
-        length = self._length[i]
-        idx = np.arange(L)[None, :] + length[:, None] - L
-        valid = idx >= 0
-        ids = np.take_along_axis(self._ids[i], np.maximum(idx, 0), axis=1)
-        ids[~valid] = self._pad[i]
-        return {
-            "input_ids": ids,
-            "attention_mask": valid.astype(np.int64),
-            "role": np.full(self.batch_size, self._role_of[i], dtype=np.int64),
-            "num_generated": self._generated[i].copy(),
-            "budget": self.budgets.copy(),
-        }
-
-    def info(self, agent: str) -> dict[str, Any]:
-        """What a learner or a log wants besides the observation: texts, roles, scores, and
-        with several rounds the round and each agent's reward per round so far."""
-        i = self.possible_agents.index(self._check_agent(agent))
-        self._require_started("info()")
-        info = {
-            "role": role_name(self._role_of[i], self.n_agents),
-            "roles": self.roles,
-            "episode": self.episode,
-            "budget": self.budget,
-            "queries": [q.text for q in self.queries],
-            "responses": dict(self.responses),
-            "scores": dict(self.scores),
-        }
-        if self.settings.rounds > 1:
-            info["round"] = self.round
-            info["turn_rewards"] = {a: list(r) for a, r in self.turn_rewards.items()}
-        return info
-
-    # ----------------------------------------------------------------- global state
-    def state_space(self) -> spaces.Box:
-        """One game's global state: a row of token ids for the query, then one per turn, each
-        left-aligned and filled with -1 (no token); ids are each agent's own tokenizer's."""
-        high = max(self._vocab) - 1
-        return spaces.Box(-1, high, (1 + self.n_turns, self.context_length), np.int64)
-
-    def state(self) -> np.ndarray:
-        """The global state of every game, ``(B, 1 + n_turns, context_length)``: the query
-        (the pioneer seat's tokens, its last ``context_length``) and every answer so far;
-        turns not played yet are -1. :meth:`state_text` is the same as text."""
-        self._require_started("state()")
-        B, L = self.batch_size, self.context_length
-        out = np.full((B, 1 + self.n_turns, L), -1, dtype=np.int64)
-        if self._query_ids is None:
-            encoded = self.tokenizers[0]([q.text for q in self.queries])["input_ids"]
-            self._query_ids = out[:, 0].copy()
-            for b, ids in enumerate(encoded):
-                ids = ids[-L:]
-                self._query_ids[b, : len(ids)] = ids
-        out[:, 0] = self._query_ids
-        for record in self.turns:
-            for b, ids in enumerate(record.tokens):
-                out[b, 1 + record.turn, : len(ids)] = ids
-        return out
-
-    def state_text(self) -> list[dict[str, Any]]:
-        """The global state as text, one dict per game: the query and every turn so far."""
-        self._require_started("state_text()")
-        return [
-            {
-                "query": q.text,
-                "turns": [
-                    {
-                        "turn": t.turn,
-                        "round": t.round,
-                        "role": t.role,
-                        "agent": t.agent,
-                        "text": t.responses[b],
-                    }
-                    for t in self.turns
-                ],
-            }
-            for b, q in enumerate(self.queries)
-        ]
