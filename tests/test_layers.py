@@ -264,3 +264,14 @@ def test_the_guard_fails_on_every_kind_of_planted_import(kind, monkeypatch):
     assert not failures()
     monkeypatch.setitem(PLANTED, path, path.read_text() + "\n" + planted)
     assert failures(), f"the guard missed a planted {kind} import"
+
+
+def test_no_module_of_the_layers_is_over_450_lines():
+    """Small modules with one job: a file that grows past 450 lines splits where it divides."""
+    long = {
+        str(path.relative_to(ROOT)): n
+        for folder in ("cory_env", "agents", "train")
+        for path in (ROOT / folder).rglob("*.py")
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > 450
+    }
+    assert not long, long
