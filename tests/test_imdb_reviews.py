@@ -312,3 +312,22 @@ def test_build_settings_are_checked() -> None:
         BuildSettings(max_length=16, head_tokens=15).check()
     with pytest.raises(ValueError, match="n_train"):
         BuildSettings(n_train=0).check()
+
+
+def test_build_is_seeded_and_draws_nothing_from_the_global_generator(
+    reviews_csv, bert_tokenizer, tmp_path
+) -> None:
+    import torch
+    from safetensors.torch import load_file
+
+    base = _tiny_bert(bert_tokenizer, tmp_path / "base")
+    settings = BuildSettings(n_train=8, n_eval=4, max_length=24, head_tokens=6, batch_size=4)
+    weights = []
+    for name in ("one", "two"):
+        torch.manual_seed(1234 if name == "one" else 99)  # whatever the run drew before
+        state = torch.get_rng_state()
+        build(tmp_path / name, settings, base=base, progress=False, max_steps=2)
+        assert torch.equal(torch.get_rng_state(), state)
+        weights.append(load_file(tmp_path / name / "model.safetensors"))
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
