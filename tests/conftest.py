@@ -75,7 +75,8 @@ SLOW = {
     # The tests of the second command, ``python -m pytest -m slow`` (README, "Quick start"),
     # besides those marked in their files (tests/test_sharding.py, test_distributed.py, the
     # vLLM engine's): each trains or plays for 8 s or more on 2 cores (its seconds measured
-    # in a full run on a busy machine). The default run keeps a faster test of each module.
+    # in a full run on a busy machine), or 24 s in all for its parameters (the textarena
+    # one). The default run keeps a faster test of each module.
     "tests/test_cross_play.py::test_cross_play_writes_a_matrix_of_every_pairing",  # 281
     "tests/test_bridges.py::test_torchrl_trains_both_seats_beyond_chance",  # 111
     "tests/test_sweep.py::test_two_sweep_processes_split_a_grid",  # 79
@@ -109,6 +110,11 @@ SLOW = {
     "tests/test_compare.py::test_matched_kl_p_values_are_holm_adjusted_over_the_kls",  # 9
     "tests/test_compare.py::test_curves_and_frontier_files",  # 8
     "tests/test_learners.py::test_heterogeneous_seats_each_have_their_model_tokenizer_and_reference",
+    # 4-12 s each, but their modules' logic has faster tests (tests/test_baselines.py trains
+    # every learner through the run path; test_compare.py and test_textarena.py keep others):
+    "tests/test_textarena.py::test_every_learner_takes_a_seat_whose_match_can_end_before_its_turn",
+    "tests/test_compare.py::test_a_kl_outside_what_every_seed_reaches_is_said",  # 12
+    "tests/test_compare.py::test_groups_on_different_evaluation_sets_get_no_query_bootstrap",  # 7
 }
 """Test functions (every parameter of each) marked ``slow`` here, so that the files that
 hold them need no edit; a name that no longer names a test of its file fails collection."""
