@@ -29,7 +29,7 @@ def test_a_port_that_stays_refused_fails_long_before_the_timeout(monkeypatch):
     start = time.monotonic()
     with pytest.raises(SettingError) as err:
         server_wait.wait_for_listener(
-            f"http://127.0.0.1:{port}", 240, say=notes.append, find_server_process=lambda: None
+            f"http://127.0.0.1:{port}", 240, say=notes.append, find_server_process=lambda port: None
         )
     assert time.monotonic() - start < 10
     message = str(err.value)
@@ -44,9 +44,9 @@ def test_a_vllm_process_on_this_machine_is_waited_for_and_said(monkeypatch):
     port, notes = closed_port(), []
     with pytest.raises(SettingError, match=r"within 2 s \(vllm_server_timeout; nothing listens"):
         server_wait.wait_for_listener(
-            f"http://localhost:{port}/", 2, say=notes.append, find_server_process=lambda: 4242
+            f"http://localhost:{port}/", 2, say=notes.append, find_server_process=lambda port: 4242
         )
-    assert "a vLLM process (pid 4242) runs on this machine and may be starting" in notes[0]
+    assert "a vLLM server of this port (pid 4242) runs here, maybe starting" in notes[0]
 
 
 def test_the_wait_ends_when_something_listens():
@@ -61,7 +61,7 @@ def test_the_wait_ends_when_something_listens():
     threading.Thread(target=open_later, daemon=True).start()
     try:
         server_wait.wait_for_listener(
-            f"http://127.0.0.1:{port}", 30, say=None, find_server_process=lambda: None
+            f"http://127.0.0.1:{port}", 30, say=None, find_server_process=lambda port: None
         )
     finally:
         listener.close()
@@ -76,7 +76,7 @@ def test_a_run_refuses_a_port_where_nothing_listens_before_any_model_loads(
     tiny_model_dir, tmp_path, no_model_load, monkeypatch, capsys
 ):
     monkeypatch.setattr(server_wait, "REFUSED_LIMIT_S", 1.0)
-    monkeypatch.setattr(server_wait, "local_vllm_process", lambda: None)
+    monkeypatch.setattr(server_wait, "local_vllm_process", lambda port: None)
     port = closed_port()
     flags = tiny_flags(tiny_model_dir, tmp_path / "run")
     flags += ["--rollout_engine", "vllm", "--vllm_mode", "server", "--vllm_server_port", str(port)]
@@ -87,3 +87,17 @@ def test_a_run_refuses_a_port_where_nothing_listens_before_any_model_loads(
         f"nothing listens at 127.0.0.1:{port}" in message
     )
     assert f"waiting for the vLLM server at http://127.0.0.1:{port}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("command", "port"),
+    [
+        ("vllm serve /models/m --port 8011", 8011),
+        ("/venv/bin/vllm serve /models/m", 8000),
+        ("python -m vllm.entrypoints.openai.api_server --model m --port=9000", 9000),
+        ("python -m pytest tests/test_engine_server.py -k vllm", None),
+        ("grep -rn vllm_server_timeout", None),
+    ],
+)
+def test_only_a_vllm_server_s_command_line_counts_with_its_port(command, port):
+    assert server_wait.served_port(command.split()) == port

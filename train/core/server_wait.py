@@ -4,9 +4,9 @@ Why: a server that is not up yet may be loading its model (minutes), so the run 
 to ``vllm_server_timeout``; but a port where every connection is refused has nothing
 listening at all (vLLM binds its port before it loads the model), and waiting the whole
 timeout for it only delays the one-line error. So the wait gives up after
-:data:`REFUSED_LIMIT_S` of refusals in a row, unless a vLLM process runs on this machine
-(it may still be importing), and it says where it waits, why and how long, every
-:data:`NOTE_EVERY_S`. Once something listens, the engine's own wait for ``/health``
+:data:`REFUSED_LIMIT_S` of refusals in a row, unless a vLLM server of that port runs on
+this machine (it may still be importing), and it says where it waits, why and how long,
+every :data:`NOTE_EVERY_S`. Once something listens, the engine's own wait for ``/health``
 (``agents/engine_server.py``) takes over.
 """
 
@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from cory_env.checks import SettingError
 
 REFUSED_LIMIT_S = 15.0
-"""Refusals in a row for this long, with no vLLM process on this machine: nothing listens."""
+"""Refusals in a row for this long, with no vLLM server of the port here: nothing listens."""
 NOTE_EVERY_S = 10.0
 """How often the wait says that it still waits."""
 LOCAL_HOSTS = ("localhost", "0.0.0.0", "::1", "::")
@@ -69,17 +69,31 @@ def is_local(host: str) -> bool:
     return host in LOCAL_HOSTS or host.startswith("127.") or host == socket.gethostname()
 
 
-def local_vllm_process() -> int | None:
-    """The id of a process of this machine whose command line runs vLLM, if any (Linux)."""
+def local_vllm_process(port: int) -> int | None:
+    """The id of a process of this machine that serves vLLM on ``port``, if any (Linux)."""
     for entry in Path("/proc").glob("[0-9]*"):
         try:
-            words = (entry / "cmdline").read_bytes().split(b"\0")
+            raw = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        text = b" ".join(words).decode(errors="replace")
-        if int(entry.name) != os.getpid() and "vllm" in text and "serve" in text:
+        words = raw.decode(errors="replace").split("\0")
+        if int(entry.name) != os.getpid() and served_port(words) == port:
             return int(entry.name)
     return None
+
+
+def served_port(words: list[str]) -> int | None:
+    """The port a command line serves vLLM on (its ``--port``, else vLLM's 8000); None for
+    a command that is no vLLM server (``vllm serve`` or ``python -m vllm.entrypoints...``)."""
+    names = [Path(w).name for w in words]
+    serve = any(a == "vllm" and b == "serve" for a, b in zip(names, names[1:], strict=False))
+    if not serve and not any(w.startswith("vllm.entrypoints") for w in words):
+        return None
+    port = "8000"
+    for flag, value in zip(words, words[1:], strict=False):
+        port = value if flag == "--port" else port
+    port = next((w.split("=", 1)[1] for w in words if w.startswith("--port=")), port)
+    return int(port) if port.isdigit() else None
 
 
 def wait_for_listener(
@@ -87,7 +101,7 @@ def wait_for_listener(
     timeout: float,
     *,
     say: Callable[[str], None] | None = print,
-    find_server_process: Callable[[], int | None] | None = None,
+    find_server_process: Callable[[int], int | None] | None = None,
 ) -> None:
     """Return once something accepts connections at ``url``'s host and port; refuse in one
     line after ``timeout`` seconds, or sooner when connections stay refused and no vLLM
@@ -109,11 +123,11 @@ def wait_for_listener(
         if why == "refused":
             refused_since = now if refused_since is None else refused_since
             local = is_local(host)
-            pid = find_server_process() if local else None
+            pid = find_server_process(port) if local else None
             if pid is not None:
-                keep_on = f"; a vLLM process (pid {pid}) runs on this machine and may be starting"
+                keep_on = f"; a vLLM server of this port (pid {pid}) runs here, maybe starting"
             elif now - refused_since >= REFUSED_LIMIT_S:
-                none_here = ", and no vLLM process runs on this machine" if local else ""
+                none_here = ", and no vLLM server of this port runs here" if local else ""
                 raise SettingError(
                     f"vllm_mode server: no vLLM server answers at {url}: nothing listens at "
                     f"{where} (every connection refused for {now - refused_since:.0f} s"
