@@ -239,3 +239,14 @@ def test_compact_results_give_the_same_numbers_and_name_their_run(tmp_path):
     assert "run_dir: ppo-0.1-0\n" in (saved / "config.yaml").read_text()
     compact = json.loads(gzip.decompress((saved / "evals" / "updates_000010.json.gz").read_bytes()))
     assert "rows" not in compact and compact["run"] == "ppo"
+
+
+def test_a_kl_outside_what_every_seed_reached_is_said_and_zero_is_refused(tmp_path, capsys):
+    runs = make_study(tmp_path)
+    command.main([str(runs), "--setting", "init_kl_coef", "--at_kl", "2", "9"])
+    said = capsys.readouterr().out
+    assert "--at_kl 2 is outside" not in said
+    assert "frontier: --at_kl 9 is outside the KLs every counted seed reached (0 to 4)" in said
+    with pytest.raises(SystemExit):
+        command.main([str(runs), "--setting", "init_kl_coef", "--at_kl", "0", "2"])
+    assert "argument --at_kl: 0 is not a number above 0" in capsys.readouterr().err

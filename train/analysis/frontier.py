@@ -145,15 +145,44 @@ def best_within(trajectories: list[list[tuple[float, float]]], kl: float) -> flo
 def frontier_kls(arms: list[Arm], count: int = 5) -> list[float]:
     """``count`` KLs, evenly up to the largest KL that every counted seed of every arm
     reached, from the smallest at which every one of them has a point."""
+    span = kl_reach(arms)
+    if span is None or span[1] <= span[0]:
+        return []
+    low, high = span
+    return [float(f"{low + (high - low) * (i + 1) / count:.3g}") for i in range(count)]
+
+
+def kl_reach(arms: list[Arm]) -> tuple[float, float] | None:
+    """The KLs every counted seed of every arm has reached: from the smallest at which each
+    has a point to the largest each reached; None without trajectories."""
     reach = seed_trajectories(arms)
     if not reach:
-        return []
+        return None
     lows = [min(k for t in ts for k, _ in t) for seeds in reach.values() for ts in seeds.values()]
     highs = [max(k for t in ts for k, _ in t) for seeds in reach.values() for ts in seeds.values()]
-    low, high = max(lows), min(highs)
-    if high <= low:
+    return max(lows), min(highs)
+
+
+def kl_notes(arms: list[Arm], kls: list[float]) -> list[str]:
+    """A line for each asked KL outside what every counted seed reached (why: its rows
+    then count fewer seeds, or read a seed's best below the KL as at it)."""
+    span = kl_reach(arms)
+    if span is None:
         return []
-    return [float(f"{low + (high - low) * (i + 1) / count:.3g}") for i in range(count)]
+    low, high = span
+    where = f"outside the KLs every counted seed reached ({low:g} to {high:g})"
+    notes = []
+    for kl in kls:
+        if kl < low:
+            notes.append(
+                f"frontier: --at_kl {kl:g} is {where}; seeds with no point that low drop out"
+            )
+        elif kl > high:
+            notes.append(
+                f"frontier: --at_kl {kl:g} is {where}; a seed that stopped below it counts its "
+                "best reward at a lower KL"
+            )
+    return notes
 
 
 def seed_trajectories(arms: list[Arm]) -> dict[str, dict[int, list[list[tuple[float, float]]]]]:

@@ -16,6 +16,7 @@ from cory_rl.train.analysis.frontier import (
     best_within,
     collapse_rows,
     frontier_kls,
+    kl_notes,
     matched_rows,
     pick_baseline,
     read_arm,
@@ -189,6 +190,8 @@ def report(
     }
     arms = [read_arm(path, setting, points[path]) for path in folders]
     kls = at_kl if at_kl else frontier_kls(arms)
+    for note in kl_notes(arms, kls):
+        print(note)
     title = point if baseline_point in (None, point) else f"{point}; {base}: {baseline_point}"
     out.mkdir(parents=True, exist_ok=True)
     return [
