@@ -34,6 +34,7 @@ from cory_rl.train.commands.parser import (
     summary,
 )
 from cory_rl.train.config.files import write_text
+from cory_rl.train.core.errors import USER_ERRORS, one_line
 from cory_rl.train.core.results import save_results
 from cory_rl.train.core.run_folder import EVALS_DIR, eval_stem, load_run_config
 from cory_rl.train.evaluation import report
@@ -156,7 +157,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         help="only these updates_<n> folders (and updates_000000)",
     )
     args = parser.parse_args(argv)
-    rows = evaluate_saved(args.saved, args.like, args.out, args.seed, updates=args.updates)
+    try:
+        rows = evaluate_saved(args.saved, args.like, args.out, args.seed, updates=args.updates)
+    except USER_ERRORS as err:  # a folder that is no run, no updates_000000, a model missing
+        parser.error(one_line(err).removeprefix("error: "))
     if args.results is not None:
         save_results(args.out, args.results)
         for name in ("log.jsonl", "source.json"):
