@@ -1,4 +1,5 @@
-"""The learner registry: the README's own learner, mixes, game variants, clear refusals."""
+"""The learner registry: the documented own learner (docs/learners.md), mixes, game variants,
+clear refusals."""
 
 from __future__ import annotations
 
@@ -18,18 +19,19 @@ from cory_rl.train.core.build import build_game_and_learners
 from cory_rl.train.training.run import run_training
 from tests.conftest import make_tiny_gpt2, read_jsonl, tiny_config
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+LEARNERS_DOC = Path(__file__).resolve().parents[1] / "docs" / "learners.md"
 
 
 def readme_learner() -> types.ModuleType:
-    """Run the README's "Write your own learner" code as a module (it registers itself)."""
-    text = README.read_text()
+    """Run docs/learners.md's "Write your own learner" code as a module (it registers
+    itself)."""
+    text = LEARNERS_DOC.read_text()
     match = re.search(r"```python\n# agents/unigram\.py\n(.*?)```", text, re.S)
-    assert match, "the README lost its 'Write your own learner' example"
+    assert match, "docs/learners.md lost its 'Write your own learner' example"
     code = match.group(1)
     assert 25 <= len(code.strip().splitlines()) <= 60
     module = types.ModuleType("readme_unigram")
-    exec(compile(code, "README.md:unigram", "exec"), module.__dict__)  # noqa: S102
+    exec(compile(code, "docs/learners.md:unigram", "exec"), module.__dict__)  # noqa: S102
     return module
 
 
