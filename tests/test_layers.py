@@ -275,3 +275,8 @@ def test_no_module_of_the_layers_is_over_450_lines():
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > 450
     }
     assert not long, long
+
+
+def test_the_readme_stays_a_readme():
+    """300 lines at most: the detail lives in docs/."""
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 300
