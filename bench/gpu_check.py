@@ -949,7 +949,8 @@ class Check:
         )
         command = [
             sys.executable,
-            str(ROOT / "bench" / "bench_trl.py"),
+            "-m",
+            "bench.bench_trl",
             "--learners",
             "grpo",
             "--model",
