@@ -191,7 +191,8 @@ def tiny_config(model_dir, run_dir, algorithm="cory", **overrides):
         },
     }
     seats = overrides.get("learners") or {}
-    if algorithm == "reinforce" or (seats and set(seats.values()) <= {"reinforce", *seats}):
+    named = [v if isinstance(v, str) else dict(v or {}).get("learner") for v in seats.values()]
+    if algorithm == "reinforce" or (seats and set(named) <= {"reinforce", *seats}):
         del values["learner"]["ppo_epochs"]  # one pass per rollout: it has no epochs setting
     learner = {**values["learner"], **overrides.pop("learner", {})}  # settings add up
     values.update(overrides, learner=learner)
