@@ -70,6 +70,8 @@ def batched_game(
 PETTINGZOO_ID = "cory/TextGame-v0"
 """The game's id in PettingZoo's registry: ``pettingzoo.make("aec", "cory/TextGame-v0",
 task="imdb", ...)`` is :func:`text_game` with the same arguments."""
+PETTINGZOO_TURN_ID = "cory/TurnGame-v0"
+"""The same game one whole answer a step (:func:`turn_game`, docs/turn_level.md)."""
 
 
 def _register_with_pettingzoo() -> None:
@@ -79,9 +81,11 @@ def _register_with_pettingzoo() -> None:
     (its agents act in turn, not at once)."""
     register = getattr(pettingzoo, "register", None)
     registry = getattr(pettingzoo, "aec_registry", None)
-    if register is None or registry is None or PETTINGZOO_ID in registry:
+    if register is None or registry is None:
         return
-    register("aec", PETTINGZOO_ID, entry_point=text_game)
+    for env_id, entry_point in ((PETTINGZOO_ID, text_game), (PETTINGZOO_TURN_ID, turn_game)):
+        if env_id not in registry:
+            register("aec", env_id, entry_point=entry_point)
 
 
 _register_with_pettingzoo()
@@ -95,6 +99,7 @@ __all__ = [
     "BatchedTextGame",
     "GameSettings",
     "PETTINGZOO_ID",
+    "PETTINGZOO_TURN_ID",
     "Query",
     "SeatGame",
     "SingleSeatEnv",

@@ -79,3 +79,15 @@ def test_registry_env_plays_as_text_game(embedded_tokenizer) -> None:
 def test_registry_refuses_what_text_game_refuses() -> None:
     with pytest.raises(ValueError, match="group_size"):
         pettingzoo.make("aec", "cory/TextGame-v0", task="imdb", group_size=2)
+
+
+@pytest.mark.filterwarnings("ignore:Observation is not a NumPy array")
+@pytest.mark.filterwarnings("ignore:Observation space for each agent probably")
+def test_the_turn_level_face_is_registered_too(embedded_tokenizer) -> None:
+    """``cory/TurnGame-v0`` is :func:`cory_env.turn_game`: one whole answer a step."""
+    assert pettingzoo.spec("aec", cory_env.PETTINGZOO_TURN_ID).entry_point is cory_env.turn_game
+    env = pettingzoo.make("aec", "cory/TurnGame-v0", task="imdb", tokenizer=embedded_tokenizer)
+    assert isinstance(env.unwrapped, cory_env.TurnGameEnv)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        api_test(env, num_cycles=3)
