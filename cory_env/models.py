@@ -99,12 +99,22 @@ def embedded_model_dir() -> Path:
     model.load_state_dict(quantised.state_dict(), strict=False)
     model.tie_weights()
     ensure_pad_token(tokenizer)
-    # Write into a temporary sibling, then rename: a crash never leaves a half-written cache.
+    return save_to_cache(model, tokenizer, target)
+
+
+def save_to_cache(
+    model: Any, tokenizer: Any, target: Path, extra: dict[str, str] | None = None
+) -> Path:
+    """Save ``model`` and ``tokenizer`` (and ``extra`` files: name to text) as the cache
+    folder ``target``: written into a temporary sibling, then renamed, so that a crash never
+    leaves a half-written cache."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".write-"))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        for name, text in (extra or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
         if target.exists():
             shutil.rmtree(target)
         tmp.rename(target)

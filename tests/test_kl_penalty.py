@@ -12,7 +12,7 @@ from cory_rl.agents.group import GRPOAgent, GRPOConfig, RLOOAgent, RLOOConfig
 from cory_rl.agents.policy import build_policies
 from cory_rl.agents.ppo import PPOAgent, PPOConfig
 from cory_rl.agents.reinforce import ReinforceAgent, ReinforceConfig
-from tests.test_baselines import rollout_of
+from tests.test_baselines import rollout_of, spy_on_gradient_pass
 
 BETA = 0.1
 COMMON = {
@@ -76,14 +76,7 @@ def test_whitening_scales_the_loss_part_as_the_advantages(tiny_tokenizer, tiny_l
     agent = moved_agent("reinforce", tiny_tokenizer, tiny_lm)
     agent.config.whiten_advantages = True
     rollout_of(agent, tiny_tokenizer, batch=4, budget=3)
-    seen = {}
-    original = agent.update
-
-    def spy(data, *args, **kwargs):
-        seen.update(data)
-        return original(data, *args, **kwargs)
-
-    monkeypatch.setattr(agent, "update", spy)
+    seen = spy_on_gradient_pass(agent, monkeypatch)
     agent.learn()
     weights = seen["kl_weight"]
     assert torch.allclose(weights, weights[0].expand_as(weights))
