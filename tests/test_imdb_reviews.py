@@ -190,7 +190,7 @@ def test_build_trains_a_step_or_two_and_a_second_build_loads(
     assert record["train_reviews"] == 8 and record["eval_reviews"] == 4
     assert record["settings"]["seed"] == 0 and record["settings"]["max_length"] == 24
     assert 0.0 <= record["held_out_accuracy"] <= 1.0
-    assert not list(target.parent.glob(".build-*"))  # written aside, renamed into place
+    assert not list(target.parent.glob(".write-*"))  # written aside, renamed into place
     trained = _load_classifier(target)
     assert trained.config.id2label == {0: "NEGATIVE", 1: "POSITIVE"}
     changed = [n for n, p in trained.named_parameters() if n in before and (p != before[n]).any()]
