@@ -11,11 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from cory_env import checks
+from cory_env import checks, imdb_classifier
 from cory_env.answer_check import score_answers
 from cory_env.checks import RewardError, SettingError
 from cory_env.imdb_classifier import CLASSIFIER_NAME as IMDB_CLASSIFIER
-from cory_env.imdb_classifier import build_problem, ensure_classifier
 from cory_env.imdb_reviews import MissingPackage
 from cory_env.models import ensure_pad_token
 from cory_env.query import Query, RewardFn
@@ -148,13 +147,13 @@ class ImdbClassifierReward(ClassifierSentimentReward):
     """
 
     def __init__(self, device: Any = None, batch_size: int = 64) -> None:
-        problem = build_problem()
+        problem = imdb_classifier.build_problem()  # looked up when called: tests stand in
         if problem:
             raise MissingPackage(problem)
         super().__init__(IMDB_CLASSIFIER, "POSITIVE", device, batch_size)
 
     def _load(self) -> Any:
-        self.model_name = str(ensure_classifier())
+        self.model_name = str(imdb_classifier.ensure_classifier())
         return super()._load()
 
 
