@@ -12,7 +12,8 @@ Acting, the reference pass, KL control and persistence are the LLM learner base'
    of several rounds over each of the agent's trajectories of turns, ``agents/turns.py``);
 4. ``ppo_epochs`` passes over shuffled mini-batches of clipped policy + value loss, plus
    the penalty's loss part (by default each state's exact KL, differentiated, weighted by
-   ``kl_coef`` over the advantages' whitening scale) (``agents/update.py`` steps it);
+   ``kl_coef`` divided by the advantages' std where they are whitened; ``agents/update.py``
+   steps it);
 5. the KL controller update from the batch's mean summed KL (``finish``).
 
 Each term of the math is checked against hand-computed values in ``agents/ppo_math.py``.
