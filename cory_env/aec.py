@@ -130,16 +130,23 @@ class TextGameEnv(AECEnv):
         self._require("last()", live=True)
         return super().last(observe)
 
+    def _finished_step(self, agent: str, action: Any) -> bool:
+        """Whether ``agent`` has finished its episode, after taking PettingZoo's dead step
+        (``None``, the only action it may take; anything else is refused)."""
+        if not (self.terminations[agent] or self.truncations[agent]):
+            return False
+        if action is not None:
+            raise ValueError(
+                f"{agent} has finished its episode; the only valid action is None "
+                f"(got {action!r:.200}). Call reset() to start a new game."
+            )
+        self._was_dead_step(action)
+        return True
+
     def step(self, action: Any) -> None:
         self._require("step()", live=True)
         agent = self.agent_selection
-        if self.terminations[agent] or self.truncations[agent]:
-            if action is not None:
-                raise ValueError(
-                    f"{agent} has finished its episode; the only valid action is None "
-                    f"(got {action!r}). Call reset() to start a new game."
-                )
-            self._was_dead_step(action)
+        if self._finished_step(agent, action):
             return
         if action is None:
             raise ValueError(f"{agent} is acting and needs a token id, got None")

@@ -127,13 +127,7 @@ class TurnGameEnv(TextGameEnv):
     def step(self, action: Any) -> None:
         self._require("step()", live=True)
         agent = self.agent_selection
-        if self.terminations[agent] or self.truncations[agent]:
-            if action is not None:
-                raise ValueError(
-                    f"{agent} has finished its episode; the only valid action is None "
-                    f"(got {action!r:.200}). Call reset() to start a new game."
-                )
-            self._was_dead_step(action)
+        if self._finished_step(agent, action):
             return
         if not isinstance(action, str):
             raise TypeError(
