@@ -24,6 +24,7 @@ RESULT = {
     "bench_cross_play_memory.py": [r"^total peak, 6 pairs / 3 pairs: \S+x$"],
     "bench_engine.py": [r"^imdb +3 +\S+ +\S+ +\S+x"],
     "bench_env.py": [r"^bookkeeping/generation = ", r"^scoring/generation = "],
+    "bench_kl_cost.py": [r"^learn, full / full_in_reward: \S+x$", r"^peak memory, full / "],
     "bench_prefix.py": [r"^learn, without / with sharing: \S+x$", r"largest relative difference"],
     "bench_sharding.py": [r"^FSDP2 / DDP: weights and moments held per process \S+x"],
     "bench_sweep_memory.py": [r"^\S*seed\S* \| \d+ \| \d+$"],
