@@ -5,13 +5,15 @@ step or two), its cache, its reward (the POSITIVE logit) and the one-line errors
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 from pathlib import Path
 
 import pytest
 
 from cory_env import imdb_classifier, imdb_reviews, make_task
-from cory_env.imdb_classifier import BuildSettings, build, head_tail
+from cory_env.imdb_classifier import BuildSettings, build
+from cory_env.imdb_classifier_training import head_tail
 from cory_env.imdb_reviews import MissingPackage, Review, is_held_out, load_reviews
 from cory_env.query import Query
 from cory_env.rewards import ImdbClassifierReward, make_reward
@@ -277,6 +279,24 @@ def test_reward_builds_on_first_use_with_a_message(
     assert "python -m cory_env.imdb_classifier" in err and "0.9000" in err
     reward([Query("a bad")], [" film"])
     assert len(built) == 1  # built once
+
+
+def test_a_build_with_other_settings_is_used_and_named(
+    tmp_path, monkeypatch, bert_tokenizer, capsys
+) -> None:
+    folder = _built_cache(tmp_path, monkeypatch, bert_tokenizer)
+    default = dataclasses.asdict(imdb_classifier.BuildSettings())
+    record = {"held_out_accuracy": 0.5, "settings": default}
+    (folder / "cory_build.json").write_text(json.dumps(record))
+    assert imdb_classifier.ensure_classifier() == folder
+    assert "other settings" not in capsys.readouterr().err  # the default build: silent
+    old = {**default, "n_train": 17, "max_length": 64}
+    (folder / "cory_build.json").write_text(json.dumps({**record, "settings": old}))
+    assert imdb_classifier.ensure_classifier() == folder  # used as it is, not rebuilt
+    err = capsys.readouterr().err
+    assert "built with settings other than this version's default" in err
+    assert f"n_train: 17 -> {default['n_train']}" in err and "--force" in err
+    assert "head_tokens" not in err
 
 
 def test_reward_without_the_base_package_says_how_to_install(tmp_path, monkeypatch) -> None:
