@@ -170,6 +170,30 @@ def test_an_unhealthy_run_is_listed_and_not_counted(tmp_path):
     assert "all 20 updates" in high["stopped"]
 
 
+def test_the_knob_table_says_per_seed_whether_the_kl_falls_with_the_coefficient(tmp_path):
+    runs = make_study(tmp_path)
+    arms = [frontier.read_arm(p, "init_kl_coef", "pioneer") for p in runs.iterdir()]
+    rows = {(r["algorithm"], r["seed"]): r for r in frontier.knob_rows(arms)}
+    # PPO seed 0: the unhealthy 0.001 run stopped at 10 updates, so all three read at 10
+    first = rows["ppo", 0]
+    assert (first["updates"], first["values"], first["kls"]) == (
+        10,
+        [0.001, 0.01, 0.1],
+        [3.0, 2.0, 1.0],
+    )
+    assert (first["falls"], first["healthy"]) == (True, False)
+    assert (rows["ppo", 1]["updates"], rows["ppo", 1]["kls"]) == (20, [4.0, 2.0])
+    assert rows["cory", 0]["falls"] and rows["cory", 1]["falls"]
+    fake_run(runs / "cory-1.0-1", "cory", 1, 1.0, [(0, 0.0, 0.1), (10, 1.5, 0.1), (20, 2.0, 0.1)])
+    command.main([str(runs), "--setting", "init_kl_coef"])
+    table = (tmp_path / "frontier" / "frontier_knob.md").read_text()
+    assert "- cory: falls in 1 of 2 seeds" in table and "- ppo: falls in 2 of 2 seeds" in table
+    assert "| cory | 1 | 20 | 0.01: 5.000, 0.1: 2.000, 1: 2.000 | **no** | yes |" in table
+    with (tmp_path / "frontier" / "frontier_knob.csv").open() as f:
+        first_row = next(csv.DictReader(f))
+    assert set(first_row) >= {"kl_at_0.001", "kl_at_1", "falls", "healthy"}
+
+
 def test_collapse_along_training_gives_the_eos_rate_and_length(tmp_path):
     arms = [frontier.read_arm(p, "init_kl_coef", "pioneer") for p in make_study(tmp_path).iterdir()]
     rows = {(r["algorithm"], r["value"], r["updates"]): r for r in frontier.collapse_rows(arms)}

@@ -2,7 +2,7 @@
 setting (the KL coefficient) varies, read from the evaluations along training of runs that
 differ only in the algorithm, that setting and the seed.
 
-Three tables, each with its CSV (``cory-frontier RESULTS --setting init_kl_coef``):
+Four tables, each with its CSV (``cory-frontier RESULTS --setting init_kl_coef``):
 
 * ``frontier_runs``: per arm and value, the final evaluation's KL and reward over seeds
   (t-intervals), the updates and why each run stopped, its update health, and the collapse
@@ -12,6 +12,9 @@ Three tables, each with its CSV (``cory-frontier RESULTS --setting init_kl_coef`
   read linearly between them, where it crosses x). Over the KLs that every seed of both
   arms reaches: mean over seeds with the t-interval, the difference to the baseline arm
   with Welch's test, its p-value Holm-adjusted over the KLs.
+* ``frontier_knob``: per arm and seed, the held-out KL at each value of the setting at the
+  last evaluation all of that seed's runs reached, and whether it falls strictly as the
+  value grows: whether the knob (a KL coefficient) holds the KL at all.
 * ``collapse_along``: per arm, value and evaluation, the mean over seeds of the KL, reward,
   entropy, pooled distinct-2, repetition (tokens and words), EOS rate (1 - the share of
   answers that hit the token budget) and answer length: where a policy collapses.
@@ -285,6 +288,37 @@ def run_rows(arms: list[Arm]) -> list[dict[str, Any]]:
         for signal in SIGNALS[2:]:
             row[signal] = _mean([e[signal] for e in last])
         rows.append(row)
+    return rows
+
+
+def knob_rows(arms: list[Arm]) -> list[dict[str, Any]]:
+    """Per arm and seed: the KL at every value, read at the last number of updates that all
+    of the seed's runs (counted or not) evaluated, and whether it falls strictly as the
+    value grows (None with fewer than two values)."""
+    seeds: dict[tuple[str, int], list[Arm]] = {}
+    for arm in sorted(arms, key=lambda a: (a.algorithm, a.seed, a.value)):
+        seeds.setdefault((arm.algorithm, arm.seed), []).append(arm)
+    rows = []
+    for (algorithm, seed), members in seeds.items():
+        common = set.intersection(*({e["updates"] for e in a.evaluations} for a in members))
+        updates = max(common) if common else None
+        kls = [
+            next((e["kl"] for e in a.evaluations if e["updates"] == updates), None) for a in members
+        ]
+        falls = None
+        if updates is not None and len(members) > 1:
+            falls = all(b < a for a, b in zip(kls, kls[1:], strict=False))
+        rows.append(
+            {
+                "algorithm": algorithm,
+                "seed": seed,
+                "updates": updates,
+                "values": [a.value for a in members],
+                "kls": kls,
+                "falls": falls,
+                "healthy": all(a.healthy for a in members),
+            }
+        )
     return rows
 
 

@@ -17,6 +17,7 @@ from cory_rl.train.analysis.frontier import (
     collapse_rows,
     frontier_kls,
     kl_notes,
+    knob_rows,
     matched_rows,
     pick_baseline,
     read_arm,
@@ -69,6 +70,39 @@ def write_runs(arms: list[Arm], setting: str, out: Path) -> list[Path]:
             f"{_num(r['length'], 1)} | {r['updates']} | {r['stopped']} | {r['health']} |"
         )
     return _write(out, "frontier_runs", rows, lines)
+
+
+def write_knob(arms: list[Arm], setting: str, out: Path) -> list[Path]:
+    rows = knob_rows(arms)
+    lines = [
+        f"Per arm and seed, the held-out KL at each {setting} (ascending), read at the last "
+        "evaluation every one of the seed's runs reached, and whether it falls strictly as "
+        f"{setting} grows (every run, counted or not).",
+        "",
+    ]
+    for algorithm in dict.fromkeys(r["algorithm"] for r in rows):
+        mine = [r for r in rows if r["algorithm"] == algorithm and r["falls"] is not None]
+        falls = sum(bool(r["falls"]) for r in mine)
+        lines.append(f"- {algorithm}: falls in {falls} of {len(mine)} seeds")
+    lines += [
+        "",
+        f"| arm | seed | updates | KL at each {setting} | falls strictly | all runs healthy |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        kls = ", ".join(f"{v:g}: {_num(k, 3)}" for v, k in zip(r["values"], r["kls"], strict=True))
+        falls = "n/a" if r["falls"] is None else ("yes" if r["falls"] else "**no**")
+        lines.append(
+            f"| {r['algorithm']} | {r['seed']} | {r['updates']} | {kls} | {falls} | "
+            f"{'yes' if r['healthy'] else 'no'} |"
+        )
+    values = sorted({v for r in rows for v in r["values"]})
+    flat = []
+    for r in rows:
+        at = dict(zip(r["values"], r["kls"], strict=True))
+        row = {k: v for k, v in r.items() if k not in ("values", "kls")}
+        flat.append(row | {f"kl_at_{v:g}": at.get(v) for v in values})
+    return _write(out, "frontier_knob", flat, lines)
 
 
 def write_matched(arms: list[Arm], kls: list[float], baseline: str, out: Path) -> list[Path]:
@@ -196,6 +230,7 @@ def report(
     out.mkdir(parents=True, exist_ok=True)
     return [
         *write_runs(arms, setting, out),
+        *write_knob(arms, setting, out),
         *write_matched(arms, kls, base, out),
         *write_collapse(arms, setting, out),
         plot(arms, setting, kls, title, out),
