@@ -39,6 +39,7 @@ NEEDS = {"bench_engine.py": "vllm"}
 
 SLOW = {
     "bench_cross_play_memory.py",
+    "bench_kl_cost.py",
     "bench_sharding.py",
     "bench_sweep_memory.py",
     "bench_train.py",
