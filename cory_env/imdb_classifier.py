@@ -231,7 +231,7 @@ def ensure_classifier() -> Path:
         raise MissingPackage(problem)
     print(
         f"cory: building the IMDB sentiment classifier ({CLASSIFIER_NAME}) in {target}: "
-        "all-MiniLM-L6-v2 fine-tuned on IMDB reviews, once, offline, about 40 minutes on "
+        "all-MiniLM-L6-v2 fine-tuned on IMDB reviews, once, offline, about 70 minutes on "
         f"one CPU core (`{BUILD_COMMAND}` builds it ahead of a run)",
         file=sys.stderr,
         flush=True,

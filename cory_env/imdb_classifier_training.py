@@ -19,13 +19,13 @@ from cory_env.imdb_reviews import Review, clean
 class BuildSettings:
     """How the classifier is trained and measured (the defaults are the documented build)."""
 
-    n_train: int = 5000
+    n_train: int = 10000
     """Training reviews, drawn with ``seed`` from the train split (four fifths)."""
     n_eval: int = 2000
     """Held-out reviews the accuracy is measured on, drawn with ``seed`` from the test split."""
-    max_length: int = 128
+    max_length: int = 256
     """Tokens a review is cut to, [CLS] and [SEP] included: its head and its tail."""
-    head_tokens: int = 32
+    head_tokens: int = 64
     """Of those, the review's first tokens; the rest are its last (head+tail truncation)."""
     epochs: int = 1
     batch_size: int = 16
