@@ -286,6 +286,25 @@ def test_files_written_over_are_written_beside_and_swapped_in(tmp_path):
     assert target.read_text() == "new: 2\n"
 
 
+def test_bf16_on_a_cpu_without_bf16_instructions_is_named(tiny_model_dir, tmp_path, monkeypatch):
+    import torch
+
+    from cory_rl.train.core import build
+
+    assert isinstance(build.cpu_has_bf16(), bool)
+    bf16 = tiny_config(tiny_model_dir, tmp_path / "run", mixed_precision="bf16")
+    fp32 = tiny_config(tiny_model_dir, tmp_path / "run")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(build, "cpu_has_bf16", lambda: False)
+    message = build.emulated_bf16_warning(bf16, use_cpu=True)
+    assert "bf16 on a CPU without bfloat16 instructions (torch sees AVX2)" in message
+    assert "mixed_precision no" in message
+    assert build.emulated_bf16_warning(fp32, use_cpu=True) is None
+    assert build.emulated_bf16_warning(bf16, use_cpu=False) is None  # a GPU run
+    monkeypatch.setattr(build, "cpu_has_bf16", lambda: True)
+    assert build.emulated_bf16_warning(bf16, use_cpu=True) is None
+
+
 def test_fsdp2_in_one_plain_process_says_it_shards_nothing(tiny_model_dir, tmp_path, capsys):
     from cory_rl.train.core.build import make_accelerator, make_sharding
 

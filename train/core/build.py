@@ -31,7 +31,30 @@ def make_accelerator(config: TrainConfig) -> Any:
     if config.device == "cuda" and not torch.cuda.is_available():
         raise SettingError("device: 'cuda', but no CUDA device is visible; use cpu or auto")
     use_cpu = config.device == "cpu" or (config.device == "auto" and not torch.cuda.is_available())
+    warning = emulated_bf16_warning(config, use_cpu)
+    if warning:
+        print(warning, file=sys.stderr, flush=True)
     return Accelerator(cpu=use_cpu, mixed_precision=config.mixed_precision)
+
+
+def emulated_bf16_warning(config: TrainConfig, use_cpu: bool) -> str | None:
+    """What to say before a CPU run in bf16 where the CPU has no bfloat16 instructions."""
+    if not use_cpu or config.mixed_precision != "bf16" or cpu_has_bf16():
+        return None
+    return (
+        "warning: mixed_precision: bf16 on a CPU without bfloat16 instructions (torch sees "
+        f"{torch.backends.cpu.get_cpu_capability()}): torch emulates them, and an update can "
+        "take ten times as long as in fp32 (docs/benchmarks.md); mixed_precision no, the "
+        "default, is faster here"
+    )
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bfloat16 natively (AVX-512 BF16 or AMX), as oneDNN reports."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):  # a torch without the probe: assume it does
+        return True
 
 
 ONE_PROCESS_SHARDS_NOTHING = (
