@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from bench import smoke
+from bench.measure import seconds_after_first
 from bench.provenance import code_version
 
 SMOKE = {"model": None, "iterations": 2, "batch_size": 4}
@@ -76,11 +77,8 @@ def measured(folder: Path) -> tuple[float, float, float]:
     """(s/iteration, learn s/iteration, peak MB) of a finished run, after its first iteration
     for the times and over the whole run for the memory."""
     rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    timed = [r for r in rows if "time/iteration_s" in r]
-    after_first = timed[1:]
-    iteration = float(np.mean([r["time/iteration_s"] for r in after_first]))
-    learn = float(np.mean([r["time/iteration_s"] - r["time/rollout_s"] for r in after_first]))
-    peak = max(float(r["memory/peak_mb"]) for r in timed)
+    iteration, learn = seconds_after_first(rows)
+    peak = max(float(r["memory/peak_mb"]) for r in rows if "memory/peak_mb" in r)
     return iteration, learn, peak
 
 

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from bench import smoke
+from bench.measure import seconds_after_first
 from bench.provenance import code_version
 
 SMOKE = {"model": None, "iterations": 2, "batch_size": 4, "shots": 2}
@@ -75,14 +76,6 @@ def run(args: argparse.Namespace, share: bool, folder: Path) -> list[dict[str, A
     return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
 
 
-def seconds(rows: list[dict[str, Any]]) -> tuple[float, float]:
-    """(s/iteration, learn s/iteration) over the iterations after the first."""
-    timed = [r for r in rows if "time/iteration_s" in r][1:]
-    iteration = float(np.mean([r["time/iteration_s"] for r in timed]))
-    learn = float(np.mean([r["time/iteration_s"] - r["time/rollout_s"] for r in timed]))
-    return iteration, learn
-
-
 def largest_difference(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, str]:
     """The largest relative difference between two first iterations' update statistics."""
     worst, name = 0.0, ""
@@ -117,7 +110,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     with smoke.model_for(args), tempfile.TemporaryDirectory() as scratch:
         for n, share in enumerate(order):
             rows = run(args, share, Path(scratch) / f"run-{n}-{'with' if share else 'without'}")
-            timings[share].append(seconds(rows))
+            timings[share].append(seconds_after_first(rows))
             first.setdefault(share, rows[0])
     without = np.mean(timings[False], axis=0)
     with_sharing = np.mean(timings[True], axis=0)

@@ -124,6 +124,15 @@ class ModelCounts:
         )
 
 
+def seconds_after_first(rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """(s/iteration, learn s/iteration) of a run's ``metrics.jsonl`` rows, over the iterations
+    after the first (a warm-up); learn is the iteration minus its rollout."""
+    timed = [r for r in rows if "time/iteration_s" in r][1:]
+    iteration = float(np.mean([r["time/iteration_s"] for r in timed]))
+    learn = float(np.mean([r["time/iteration_s"] - r["time/rollout_s"] for r in timed]))
+    return iteration, learn
+
+
 def matmul_peak(device: torch.device, dtype: torch.dtype, shapes: list[tuple[int, int, int]]):
     """Best GFLOP/s of ``torch.matmul`` over a few repeats, per (M, K, N) shape."""
     out = {}
