@@ -33,6 +33,7 @@ import numpy as np
 from bench import smoke
 from bench.measure import seconds_after_first
 from bench.provenance import code_version
+from bench.short_run import short_training
 
 SMOKE = {"model": None, "iterations": 2, "batch_size": 4}
 """``--smoke``: 2 iterations of a batch of 4 on the tiny model."""
@@ -44,33 +45,9 @@ def train_once(args: argparse.Namespace, form: str, folder: Path) -> None:
     """Train once with ``kl_penalty: form`` into ``folder`` (a child process's work)."""
     import torch
 
-    from cory_rl.train.config.resolve import build_config
-    from cory_rl.train.training.run import run_training
-
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    config = build_config(
-        "cpu",
-        overrides={
-            "model": args.model,
-            "task": "imdb",
-            "batch_size": args.batch_size,
-            "iterations": args.iterations,
-            "seed": args.seed,
-            "run_dir": str(folder),
-            "report_to": ["none"],
-            "checkpoint_every": 1000,
-            "eval_every": 0,
-            "device": "cpu",
-            "learner": {
-                "kl_penalty": form,
-                "mini_batch_size": args.batch_size,
-                "forward_batch_size": min(16, args.batch_size),
-            },
-        },
-        algorithm=args.algorithm,
-    )
-    run_training(config)
+    short_training(args, folder, {"task": "imdb"}, {"kl_penalty": form})
 
 
 def measured(folder: Path) -> tuple[float, float, float]:

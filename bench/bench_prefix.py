@@ -21,7 +21,6 @@ settings: the same computation up to float rounding.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ import torch
 from bench import smoke
 from bench.measure import seconds_after_first
 from bench.provenance import code_version
+from bench.short_run import short_training
 
 SMOKE = {"model": None, "iterations": 2, "batch_size": 4, "shots": 2}
 """``--smoke``: 2 iterations of a batch of 4 on the tiny model."""
@@ -41,39 +41,17 @@ COMPARED = ("approx_kl", "clipfrac", "policy_loss", "value_loss", "entropy", "/k
 
 def run(args: argparse.Namespace, share: bool, folder: Path) -> list[dict[str, Any]]:
     """Train once; the rows of its ``metrics.jsonl``."""
-    from cory_rl.train.config.resolve import build_config
-    from cory_rl.train.training.run import run_training
-
-    config = build_config(
-        "cpu",
-        overrides={
-            "model": args.model,
-            "task": "arith",
-            "task_settings": {
-                "style": "equation",
-                "shots": args.shots,
-                "n_queries": 128,
-                "observer_prompt": "reference",
-            },
-            "max_new_tokens": 4,
-            "batch_size": args.batch_size,
-            "iterations": args.iterations,
-            "seed": args.seed,
-            "run_dir": str(folder),
-            "report_to": ["none"],
-            "checkpoint_every": 1000,
-            "eval_every": 0,
-            "device": "cpu",
-            "learner": {
-                "share_prompt_prefix": share,
-                "mini_batch_size": args.batch_size,
-                "forward_batch_size": min(16, args.batch_size),
-            },
+    task = {
+        "task": "arith",
+        "task_settings": {
+            "style": "equation",
+            "shots": args.shots,
+            "n_queries": 128,
+            "observer_prompt": "reference",
         },
-        algorithm=args.algorithm,
-    )
-    path = run_training(config).path
-    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+        "max_new_tokens": 4,
+    }
+    return short_training(args, folder, task, {"share_prompt_prefix": share})
 
 
 def largest_difference(a: dict[str, Any], b: dict[str, Any]) -> tuple[float, str]:
