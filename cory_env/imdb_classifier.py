@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -132,6 +133,18 @@ def settings_differing(record: dict[str, Any]) -> list[str]:
     ]
 
 
+def weights_digest(model: Any) -> str:
+    """SHA-256 of a model's parameters and buffers, by name in sorted order: two builds with
+    the same digest give the same reward, which the accuracy alone cannot tell."""
+    import torch
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy())
+    return digest.hexdigest()
+
+
 def build(
     target: Path | None = None,
     settings: BuildSettings | None = None,
@@ -197,6 +210,7 @@ def build(
         "held_out_accuracy": held_out,
         "final_train_loss": sum(losses[-50:]) / max(1, len(losses[-50:])),
         "steps": len(losses),
+        "weights_sha256": weights_digest(model),
         "train_seconds": round(trained_s, 1),
         "total_seconds": round(total_s, 1),
         "torch_threads": torch.get_num_threads(),

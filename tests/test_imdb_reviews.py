@@ -197,6 +197,7 @@ def test_build_trains_a_step_or_two_and_a_second_build_loads(
     assert trained.config.id2label == {0: "NEGATIVE", 1: "POSITIVE"}
     changed = [n for n, p in trained.named_parameters() if n in before and (p != before[n]).any()]
     assert any("encoder" in n for n in changed)  # the body was fine-tuned, not just the head
+    assert record["weights_sha256"] == imdb_classifier.weights_digest(trained)
 
     def no_training(*args, **kwargs):
         raise AssertionError("a second build must load, not train")
@@ -205,6 +206,20 @@ def test_build_trains_a_step_or_two_and_a_second_build_loads(
     assert build(target, settings, base=base, progress=False) == target
     with pytest.raises(AssertionError, match="must load"):
         build(target, settings, base=base, progress=False, force=True)
+
+
+def test_build_is_reproducible_and_its_digest_tells(reviews_csv, bert_tokenizer, tmp_path) -> None:
+    """The same settings build the same weights; another seed builds others, and says so."""
+    base = _tiny_bert(bert_tokenizer, tmp_path / "base")
+    settings = BuildSettings(n_train=8, n_eval=4, max_length=24, head_tokens=6, batch_size=4)
+    digests = []
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        chosen = dataclasses.replace(settings, seed=seed)
+        build(tmp_path / name, chosen, base=base, progress=False, max_steps=2)
+        digests.append(json.loads((tmp_path / name / "cory_build.json").read_text()))
+    assert digests[0]["weights_sha256"] == digests[1]["weights_sha256"]
+    assert digests[0]["final_train_loss"] == digests[1]["final_train_loss"]
+    assert digests[2]["weights_sha256"] != digests[0]["weights_sha256"]
 
 
 def _load_classifier(folder: Path, num_labels: int | None = None):
