@@ -156,6 +156,11 @@ class ImdbClassifierReward(ClassifierSentimentReward):
         self.model_name = str(imdb_classifier.ensure_classifier())
         return super()._load()
 
+    def provenance(self) -> dict[str, Any]:
+        """The build record of the classifier this reward scores with (building it now if
+        it is not built): a run names the build it trained against."""
+        return imdb_classifier.read_metadata(imdb_classifier.ensure_classifier())
+
 
 class AnswerCheckReward:
     """1.0 when the number extracted from the response equals ``query.answer``, else 0.0."""

@@ -269,6 +269,7 @@ def test_reward_is_the_positive_class_logit(tmp_path, monkeypatch, bert_tokenize
     assert scores != pytest.approx(logits.softmax(-1)[:, 1].tolist(), abs=1e-3)
     task = make_task("imdb", reward="imdb-classifier")
     assert task.metadata["reward"] == "imdb-classifier"
+    assert reward.provenance() == {"held_out_accuracy": 0.5}  # the build a run names
 
 
 def test_reward_builds_on_first_use_with_a_message(

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from cory_rl.train.config.files import write_beside
+from cory_rl.train.core.environment import ENVIRONMENT_FILE
 
 DONE = "done.json"
 STOPPED = "stopped.json"
@@ -85,6 +86,9 @@ def save_results(run_path: Path, dest: Path) -> Path:
         compact = compact_evaluation(json.loads(source.read_text()))
         _write_gzip(dest / name, json.dumps(compact))
         files.append(name)
+    if (run_path / ENVIRONMENT_FILE).is_file():  # where it ran (an older run has none)
+        shutil.copyfile(run_path / ENVIRONMENT_FILE, dest / ENVIRONMENT_FILE)
+        files.append(ENVIRONMENT_FILE)
     if (run_path / STOPPED).is_file():  # the run ended by its early-stopping rule
         shutil.copyfile(run_path / STOPPED, dest / STOPPED)
         files.append(STOPPED)

@@ -22,6 +22,7 @@ from cory_rl.train.config.train_config import TrainConfig
 from cory_rl.train.core.callbacks import Callback, Evaluations, Hooks
 from cory_rl.train.core.checkpoint import CheckpointWriter, load_checkpoint
 from cory_rl.train.core.distributed import Processes
+from cory_rl.train.core.environment import record_environment
 from cory_rl.train.core.games import (
     batch_samples,
     check_multi_turn,
@@ -164,6 +165,7 @@ def train(
         if resume:
             run.truncate_logs(start)
         config.save(run.path / "config.yaml")  # on resume too: --iterations may have changed
+        record_environment(run.path, start, game)  # where this stretch of the run ran
     bar = tqdm(
         range(start, config.iterations),
         initial=start,
