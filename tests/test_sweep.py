@@ -147,6 +147,7 @@ def test_committed_results_count_as_done_where_the_run_folders_are_gone(
             "metrics.jsonl.gz",
             "eval.json.gz",
             "done.json",
+            "environment.jsonl",
             *(f"evals/updates_00000{n}.json.gz" for n in range(3)),
         }
         assert results.saved_iterations(kept / name) == 2
