@@ -21,8 +21,8 @@ from typing import Any
 import torch
 
 from cory_rl.train.core.build import cpu_has_bf16
+from cory_rl.train.core.results import ENVIRONMENT_FILE
 
-ENVIRONMENT_FILE = "environment.jsonl"
 PACKAGES = ("torch", "transformers", "trl", "accelerate", "peft", "datasets", "vllm", "cory")
 """The packages whose versions a line names (those installed)."""
 CODE_ROOT = Path(__file__).resolve().parents[2]

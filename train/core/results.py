@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from cory_rl.train.config.files import write_beside
-from cory_rl.train.core.environment import ENVIRONMENT_FILE
 
 DONE = "done.json"
+ENVIRONMENT_FILE = "environment.jsonl"
+"""Where each start of the run ran (``cory_rl.train.core.environment``), kept with it."""
 STOPPED = "stopped.json"
 """A run's early-stopping marker (``cory_rl.train.core.stopping``), copied with its results."""
 DROPPED = ("rows",)
