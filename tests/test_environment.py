@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import torch
 
+from cory_env.rewards import VaderSentimentReward
 from cory_rl.train.commands.train_flags import parse_args
 from cory_rl.train.core import environment
 from cory_rl.train.core.results import save_results
@@ -40,10 +41,16 @@ def test_the_reward_build_is_named_when_the_reward_has_one() -> None:
     assert "reward" not in environment.describe(0, plain)
 
 
-def test_each_start_of_a_run_adds_a_line_and_results_keep_them(tiny_model_dir, tmp_path) -> None:
+def test_each_start_of_a_run_adds_a_line_and_results_keep_them(
+    tiny_model_dir, tmp_path, monkeypatch
+) -> None:
+    # The smoke preset's reward (VADER) has no build; give it one, as the IMDB classifier has.
+    record = {"weights_sha256": "ab"}
+    monkeypatch.setattr(VaderSentimentReward, "provenance", lambda self: record, raising=False)
     first = run_training(tiny_config(tiny_model_dir, tmp_path / "run", iterations=2))
     lines = environment.read_environment(first.path)
     assert [line["iteration"] for line in lines] == [0]
+    assert lines[0]["reward"] == record  # the run's own game's reward, reached by the loop
     config, resume = parse_args(["--resume", str(first.path), "--iterations", "3"], "cory")
     resumed = run_training(config, resume)
     lines = environment.read_environment(resumed.path)
